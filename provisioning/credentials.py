@@ -1,0 +1,63 @@
+"""Kubeconfig issuance: ownership check, TokenRequest, audit row, render.
+
+Order matters. The token is minted first so that its `jti` can go into the
+audit row (joining our record with the API server's own audit log); the row
+is committed before the kubeconfig leaves the process. If the audit write
+fails the freshly minted token is dropped unseen: no kubeconfig without its
+audit row. The token itself is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.errors import Conflict, Forbidden, NotFound
+from provisioning.kube.client import KubeClient
+from provisioning.kube.tokens import request_token
+from provisioning.kubeconfig import render_kubeconfig
+from provisioning.models import AuditEvent, User, Workspace
+
+
+async def workspace_for(db: Database, user: User, workspace_id: uuid.UUID | None) -> Workspace:
+    """The caller's workspace: the named one (owner or admin), else their only one.
+
+    Someone else's workspace is 404, not 403, so ids cannot be probed.
+    """
+    if workspace_id is None:
+        owned = await repo.workspaces_of(db, user.id)
+        if not owned:
+            raise NotFound("you have no workspace; create one with POST /api/v1/workspaces/init", code="no_workspace")
+        return owned[0]
+    workspace = await repo.get_workspace(db, workspace_id)
+    if workspace is None or (workspace.user_id != user.id and not user.is_admin):
+        raise NotFound("no such workspace")
+    return workspace
+
+
+def require_usable(workspace: Workspace) -> None:
+    if workspace.status == "suspended":
+        raise Forbidden("this workspace is suspended", code="workspace_suspended")
+    if workspace.status != "provisioned":
+        raise Conflict("this workspace is still being provisioned; repeat POST /api/v1/workspaces/init",
+                       code="workspace_not_ready")
+
+
+async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
+                           ip_address: str | None, ttl_seconds: int, public_server: str,
+                           public_ca_base64: str) -> str:
+    workspace = await workspace_for(db, user, workspace_id)
+    require_usable(workspace)
+    issued = await request_token(kube, workspace.namespace, workspace.service_account, ttl_seconds)
+    await repo.record_audit(db, AuditEvent(
+        "IssueKubeconfig", user.id, workspace.id, ip_address,
+        {
+            "namespace": workspace.namespace,
+            "service_account": workspace.service_account,
+            "credential_id": issued.credential_id,
+            "expires_at": issued.expires_at.isoformat(),
+        },
+    ))
+    return render_kubeconfig(server=public_server, ca_base64=public_ca_base64,
+                             namespace=workspace.namespace, token=issued.token)

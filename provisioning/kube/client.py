@@ -1,0 +1,107 @@
+"""KubeClient: the gateway's own credential, and the only importer of
+kubernetes_asyncio.
+
+Requests are made by path with plain dict bodies: the gateway touches a
+handful of core and RBAC objects, and dicts keep manifests (pure builders in
+provisioning.manifests) free of generated model classes. The library supplies
+what is worth not rewriting: kubeconfig and in-cluster loading, exec and
+token-file credentials, and TLS setup. Tenant tokens never pass through here;
+the proxy has its own client (proxy.passthrough.upstream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from provisioning.errors import ClusterUnavailable, GatewayError
+from provisioning.kube.errors import from_status
+
+# Control-plane calls are small; past this the API server is effectively down.
+_REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
+
+
+@dataclass(frozen=True)
+class ClusterEndpoint:
+    """Where the API server is and how to trust it: what kubeconfigs and the proxy need."""
+
+    server: str
+    ca_pem: bytes | None
+
+
+class KubeClient:
+    def __init__(self, api: k8s_client.ApiClient, endpoint: ClusterEndpoint) -> None:
+        self._api = api
+        self.endpoint = endpoint
+
+    @classmethod
+    async def from_kubeconfig(cls, kubeconfig: Path | None) -> "KubeClient":
+        """The configured file, else in-cluster config, else ~/.kube/config."""
+        configuration = k8s_client.Configuration()
+        try:
+            if kubeconfig is not None:
+                await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+            else:
+                try:
+                    k8s_config.load_incluster_config(client_configuration=configuration)
+                except ConfigException:
+                    await k8s_config.load_kube_config(client_configuration=configuration)
+        except (ConfigException, OSError) as error:
+            raise GatewayError(f"cannot load the gateway's Kubernetes credential: {error}") from None
+        ca_pem = Path(configuration.ssl_ca_cert).read_bytes() if configuration.ssl_ca_cert else None
+        return cls(k8s_client.ApiClient(configuration), ClusterEndpoint(configuration.host.rstrip("/"), ca_pem))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    @property
+    def ca_base64(self) -> str:
+        return base64.b64encode(self.endpoint.ca_pem or b"").decode()
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                      query: dict[str, str] | None = None) -> dict[str, Any]:
+        try:
+            result = await self._api.call_api(
+                path, method,
+                query_params=list((query or {}).items()),
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                body=body,
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+                _request_timeout=_REQUEST_TIMEOUT,
+            )
+        except ApiException as error:
+            raise from_status(error.status or 0, error.body) from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as error:
+            raise ClusterUnavailable() from error
+        return result if isinstance(result, dict) else {}
+
+    async def get(self, path: str) -> dict[str, Any]:
+        return await self.request("GET", path)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("POST", path, body)
+
+    async def delete(self, path: str) -> dict[str, Any]:
+        return await self.request("DELETE", path)
+
+    async def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        return list((await self.request("GET", path, query=query)).get("items", []))
+
+    async def reachable(self) -> bool:
+        try:
+            await self.get("/version")
+            return True
+        except GatewayError:
+            return False

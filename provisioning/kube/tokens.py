@@ -1,0 +1,40 @@
+"""TokenRequest: the only way the gateway obtains a tenant credential."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+
+from provisioning.errors import UpstreamError
+from provisioning.kube.client import KubeClient
+from provisioning.manifests import token_request
+from provisioning.models import IssuedToken
+
+
+def credential_id(token: str) -> str | None:
+    """The token's `jti`, read without verification: it only labels an audit
+    row, and the API server that signed the token is the one that checks it."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError):
+        return None
+    jti = claims.get("jti") if isinstance(claims, dict) else None
+    return str(jti) if jti else None
+
+
+async def request_token(kube: KubeClient, namespace: str, service_account: str, ttl_seconds: int,
+                        audiences: list[str] | None = None) -> IssuedToken:
+    """Mint a token; the expiry is the one the API server granted, which may be
+    shorter than asked (it shortens rather than refuses above its maximum)."""
+    answer = await kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+        token_request(ttl_seconds, audiences),
+    )
+    status = answer.get("status") or {}
+    token, expiry = status.get("token"), status.get("expirationTimestamp")
+    if not token or not expiry:
+        raise UpstreamError("the API server returned a TokenRequest without a token")
+    expires_at = datetime.datetime.fromisoformat(str(expiry).replace("Z", "+00:00"))
+    return IssuedToken(token=token, expires_at=expires_at, credential_id=credential_id(token))

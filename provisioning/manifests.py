@@ -1,0 +1,119 @@
+"""Pure builders for the objects onboarding makes, and their API paths.
+
+Every object carries the workspace label, so an operator can find all of a
+tenant's objects with one selector and onboarding can tell its own objects
+from somebody else's that merely share a name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from provisioning.tiers import Tier
+
+WORKSPACE_LABEL = "tenant-gateway.io/workspace-id"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "tenant-gateway"}
+TENANT_SERVICE_ACCOUNT = "sa-tenant-admin"
+TENANT_ROLEBINDING = "tenant-admin"
+QUOTA_NAME = "tenant-quota"
+LIMITRANGE_NAME = "tenant-defaults"
+
+Manifest = dict[str, Any]
+
+
+def namespace_for(user_id: object) -> str:
+    return f"tenant-{user_id}"
+
+
+def _metadata(name: str, workspace_id: str, namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": {WORKSPACE_LABEL: workspace_id, **MANAGED_BY}}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    return meta
+
+
+def namespace(name: str, workspace_id: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(name, workspace_id)}
+
+
+def service_account(ns: str, workspace_id: str) -> Manifest:
+    return {
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": _metadata(TENANT_SERVICE_ACCOUNT, workspace_id, ns),
+        # Tokens come only from TokenRequest; never auto-mount them into pods.
+        "automountServiceAccountToken": False,
+    }
+
+
+def role_binding(ns: str, workspace_id: str, cluster_role: str) -> Manifest:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": _metadata(TENANT_ROLEBINDING, workspace_id, ns),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": TENANT_SERVICE_ACCOUNT, "namespace": ns}],
+    }
+
+
+def resource_quota(ns: str, workspace_id: str, tier: Tier) -> Manifest:
+    return {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": _metadata(QUOTA_NAME, workspace_id, ns),
+        "spec": {"hard": dict(tier.hard)},
+    }
+
+
+def limit_range(ns: str, workspace_id: str, tier: Tier) -> Manifest:
+    return {
+        "apiVersion": "v1", "kind": "LimitRange",
+        "metadata": _metadata(LIMITRANGE_NAME, workspace_id, ns),
+        "spec": {"limits": [{
+            "type": "Container",
+            "default": dict(tier.default_limits),
+            "defaultRequest": dict(tier.default_requests),
+        }]},
+    }
+
+
+@dataclass(frozen=True)
+class Step:
+    """One object to converge: where to POST it and where it lives once made."""
+
+    kind: str
+    collection: str
+    name: str
+    body: Manifest
+
+    @property
+    def path(self) -> str:
+        return f"{self.collection}/{self.name}"
+
+
+def service_account_step(ns: str, workspace_id: str) -> Step:
+    return Step("ServiceAccount", f"/api/v1/namespaces/{ns}/serviceaccounts", TENANT_SERVICE_ACCOUNT,
+                service_account(ns, workspace_id))
+
+
+def role_binding_step(ns: str, workspace_id: str, cluster_role: str) -> Step:
+    return Step("RoleBinding", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+                TENANT_ROLEBINDING, role_binding(ns, workspace_id, cluster_role))
+
+
+def onboarding_steps(ns: str, workspace_id: str, tier: Tier, cluster_role: str) -> list[Step]:
+    """The five objects, in dependency order: the namespace first, the quota
+    before anything could run in it, the binding last."""
+    core = f"/api/v1/namespaces/{ns}"
+    return [
+        Step("Namespace", "/api/v1/namespaces", ns, namespace(ns, workspace_id)),
+        Step("ResourceQuota", f"{core}/resourcequotas", QUOTA_NAME, resource_quota(ns, workspace_id, tier)),
+        Step("LimitRange", f"{core}/limitranges", LIMITRANGE_NAME, limit_range(ns, workspace_id, tier)),
+        service_account_step(ns, workspace_id),
+        role_binding_step(ns, workspace_id, cluster_role),
+    ]
+
+
+def token_request(ttl_seconds: int, audiences: list[str] | None = None) -> Manifest:
+    spec: dict[str, Any] = {"expirationSeconds": ttl_seconds}
+    if audiences:
+        spec["audiences"] = audiences
+    return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}

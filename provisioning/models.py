@@ -1,0 +1,67 @@
+"""The gateway's own values: frozen dataclasses, read from the database or
+built by the domain, never carrying a Kubernetes token."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+WorkspaceStatus = Literal["provisioning", "provisioned", "suspended"]
+
+
+@dataclass(frozen=True)
+class User:
+    id: uuid.UUID
+    email: str
+    is_admin: bool
+    status: str = "active"
+
+    def public(self) -> dict[str, Any]:
+        return {"id": str(self.id), "email": self.email, "is_admin": self.is_admin}
+
+
+@dataclass(frozen=True)
+class Workspace:
+    id: uuid.UUID
+    user_id: uuid.UUID
+    namespace: str
+    service_account: str
+    tier: str
+    status: WorkspaceStatus
+    created_at: datetime.datetime
+    service_account_uid: str | None = None
+
+    def public(self, quota: dict[str, str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": str(self.id),
+            "user_id": str(self.user_id),
+            "namespace": self.namespace,
+            "service_account": self.service_account,
+            "status": self.status,
+            "tier": self.tier,
+            "created_at": self.created_at.isoformat(),
+        }
+        if quota is not None:
+            body["quota"] = quota
+        return body
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    action: str
+    user_id: uuid.UUID | None = None
+    workspace_id: uuid.UUID | None = None
+    ip_address: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A TokenRequest result. `token` is only ever held in memory."""
+
+    token: str = field(repr=False)
+    expires_at: datetime.datetime
+    credential_id: str | None
+    """The token's `jti`, which the API server writes into its own audit log."""

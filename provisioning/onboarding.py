@@ -1,0 +1,77 @@
+"""Tenant onboarding: one call makes Namespace, ResourceQuota, LimitRange,
+ServiceAccount and RoleBinding, and only then calls the workspace provisioned.
+
+Kubernetes has no transactions, so onboarding is convergent instead: the
+workspace row is claimed first (status `provisioning`; the unique index on
+user_id makes concurrent calls agree on one row), then each object is created
+or, if it already exists with this workspace's label, adopted. A crash or an
+unreachable API server leaves a `provisioning` row that no credential can be
+issued for; the next call finishes the work. Objects that exist under the same
+name without our label are never adopted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from provisioning import manifests
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.errors import BadRequest, Conflict
+from provisioning.kube.client import KubeClient
+from provisioning.kube.errors import KubeAlreadyExists
+from provisioning.models import AuditEvent, User, Workspace
+from provisioning.tiers import Tier
+
+
+@dataclass(frozen=True)
+class Onboarded:
+    workspace: Workspace
+    tier: Tier
+    provisioned_now: bool
+    """True only for the call that completed the workspace (201, not 200)."""
+
+
+async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, object]:
+    """Create the object, or adopt it if a previous attempt of ours made it."""
+    try:
+        return await kube.create(step.collection, step.body)
+    except KubeAlreadyExists:
+        existing = await kube.get(step.path)
+    labels = (existing.get("metadata") or {}).get("labels") or {}  # type: ignore[union-attr]
+    if labels.get(manifests.WORKSPACE_LABEL) != workspace_id:
+        raise Conflict(f"a {step.kind} named {step.name} already exists and is not this workspace's",
+                       code="object_taken")
+    return existing
+
+
+async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: str, *,
+                  tiers: Mapping[str, Tier], cluster_role: str, ip_address: str | None) -> Onboarded:
+    if requested_tier not in tiers:
+        raise BadRequest(f"unknown tier {requested_tier!r}; known: {', '.join(sorted(tiers))}", code="unknown_tier")
+    namespace = manifests.namespace_for(user.id)
+    workspace, _ = await repo.claim_workspace(db, user.id, namespace, manifests.TENANT_SERVICE_ACCOUNT, requested_tier)
+    # The first call decided the tier; a repeat answers with the same workspace.
+    tier = tiers.get(workspace.tier) or tiers[requested_tier]
+    if workspace.status != "provisioning":
+        return Onboarded(workspace, tier, provisioned_now=False)
+
+    workspace_id = str(workspace.id)
+    made: dict[str, str] = {}
+    for step in manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role):
+        obj = await ensure_object(kube, step, workspace_id)
+        made[step.kind] = str((obj.get("metadata") or {}).get("uid", ""))  # type: ignore[union-attr]
+
+    async with db.transaction() as connection:
+        done = await repo.set_workspace_state(connection, workspace.id, "provisioned",
+                                              service_account_uid=made["ServiceAccount"], only_from="provisioning")
+        if done is not None:
+            await repo.record_audit(connection, AuditEvent(
+                "InitWorkspace", user.id, workspace.id, ip_address,
+                {"namespace": namespace, "tier": tier.name, "objects": sorted(made)},
+            ))
+    if done is None:  # a concurrent call finished first
+        current = await repo.get_workspace(db, workspace.id)
+        return Onboarded(current or workspace, tier, provisioned_now=False)
+    return Onboarded(done, tier, provisioned_now=True)

@@ -1,0 +1,98 @@
+"""Emergency suspension and resume.
+
+Deleting the gateway's RoleBinding alone would not end access: RBAC is
+checked per request, so issued tokens keep authenticating, and the tenant may
+have bound its own roles. Suspension therefore (1) marks the workspace
+suspended in the database, which every replica hears through NOTIFY and
+which stops new kubeconfigs and proxied requests at once, (2) deletes every
+RoleBinding in the namespace, and (3) replaces the tenant ServiceAccount:
+its UID changes, so every token minted for the old one stops authenticating.
+Each step is recorded in the audit log. A failure part-way answers 503 with
+the workspace still suspended (fail closed); repeating the call finishes it.
+
+Resume recreates the RoleBinding for the (already fresh) ServiceAccount, so old
+kubeconfigs stay dead and only newly issued ones work.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from provisioning import manifests
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.errors import ClusterUnavailable, NotFound
+from provisioning.kube.client import KubeClient
+from provisioning.kube.errors import KubeNotFound
+from provisioning.models import AuditEvent, User, Workspace
+from provisioning.onboarding import ensure_object
+
+_RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+async def _change_status(db: Database, workspace_id: uuid.UUID, status: str, event: AuditEvent,
+                         service_account_uid: str | None = None) -> Workspace:
+    async with db.transaction() as connection:
+        workspace = await repo.set_workspace_state(connection, workspace_id, status, service_account_uid)
+        if workspace is None:
+            raise NotFound("no such workspace")
+        await repo.record_audit(connection, event)
+    return workspace
+
+
+async def _replace_service_account(kube: KubeClient, workspace: Workspace) -> str:
+    path = f"/api/v1/namespaces/{workspace.namespace}/serviceaccounts/{workspace.service_account}"
+    try:
+        await kube.delete(path)
+    except KubeNotFound:
+        pass
+    # A new object, so a new UID, even if the old one is still being finalised.
+    created = await ensure_object(kube, manifests.service_account_step(workspace.namespace, str(workspace.id)),
+                                  str(workspace.id))
+    new_uid = str(created["metadata"]["uid"])  # type: ignore[index]
+    if new_uid == workspace.service_account_uid:
+        # The old object was adopted instead of replaced: its tokens would live on.
+        raise ClusterUnavailable("the tenant ServiceAccount is still being deleted; repeat the suspension")
+    return new_uid
+
+
+async def suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor: User,
+                  ip_address: str | None) -> Workspace:
+    workspace = await _change_status(
+        db, workspace_id, "suspended",
+        AuditEvent("SuspendWorkspace", actor.id, workspace_id, ip_address, {"step": "status_suspended"}),
+    )
+    bindings = await kube.list_items(f"{_RBAC}/namespaces/{workspace.namespace}/rolebindings")
+    deleted = []
+    for binding in bindings:
+        name = binding["metadata"]["name"]
+        try:
+            await kube.delete(f"{_RBAC}/namespaces/{workspace.namespace}/rolebindings/{name}")
+        except KubeNotFound:
+            pass
+        deleted.append(name)
+    await repo.record_audit(db, AuditEvent("SuspendWorkspace", actor.id, workspace_id, ip_address,
+                                           {"step": "rolebindings_deleted", "names": deleted}))
+    new_uid = await _replace_service_account(kube, workspace)
+    async with db.transaction() as connection:
+        updated = await repo.set_workspace_state(connection, workspace_id, "suspended", new_uid)
+        await repo.record_audit(connection, AuditEvent(
+            "SuspendWorkspace", actor.id, workspace_id, ip_address,
+            {"step": "service_account_replaced", "old_uid": workspace.service_account_uid, "new_uid": new_uid},
+        ))
+    return updated or workspace
+
+
+async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor: User, ip_address: str | None,
+                 *, cluster_role: str) -> Workspace:
+    workspace = await repo.get_workspace(db, workspace_id)
+    if workspace is None:
+        raise NotFound("no such workspace")
+    ns, wid = workspace.namespace, str(workspace.id)
+    service_account = await ensure_object(kube, manifests.service_account_step(ns, wid), wid)
+    await ensure_object(kube, manifests.role_binding_step(ns, wid, cluster_role), wid)
+    return await _change_status(
+        db, workspace_id, "provisioned",
+        AuditEvent("ResumeWorkspace", actor.id, workspace_id, ip_address, {"step": "access_restored"}),
+        service_account_uid=str(service_account["metadata"]["uid"]),  # type: ignore[index]
+    )

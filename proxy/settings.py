@@ -1,0 +1,227 @@
+"""The gateway's configuration: one frozen object, built once at start-up.
+
+`load_settings` is pure (environment mapping + optional YAML text in, Settings
+out) so every validation rule is unit-tested without touching the disk.
+`settings_from_environment` is the I/O shell that reads the files it names.
+Environment variables win over the YAML file given by GATEWAY_CONFIG, which
+uses the same key names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import yaml
+
+from provisioning.secrets import Secret
+from provisioning.tiers import DEFAULT_TIERS, Tier, parse_tiers
+
+MAX_TOKEN_TTL_SECONDS = 7200
+# The API server refuses TokenRequests shorter than this (422).
+MIN_TOKEN_TTL_SECONDS = 600
+
+
+class SettingsError(ValueError):
+    """Configuration that must stop the gateway from starting."""
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """`limit` events per `window_seconds`, per key."""
+
+    limit: int
+    window_seconds: int
+
+    @classmethod
+    def parse(cls, name: str, text: str) -> "RateLimit":
+        try:
+            limit, window = (int(part) for part in str(text).split("/", 1))
+        except ValueError:
+            raise SettingsError(f"{name} must look like COUNT/SECONDS, e.g. 10/60") from None
+        if limit < 1 or window < 1:
+            raise SettingsError(f"{name} needs a positive count and window")
+        return cls(limit, window)
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    database_url: Secret | None = None
+    """None means dev mode: an embedded PostgreSQL under `data_dir`. A Secret
+    because URLs carry passwords."""
+    data_dir: Path = Path(".gateway")
+    kubeconfig: Path | None = None
+    """None: in-cluster config when running in a pod, else ~/.kube/config."""
+    public_server: str | None = None
+    public_ca_file: Path | None = None
+    session_secret: Secret | None = None
+    """Signs session tokens. Only dev mode may leave it unset (a random key is
+    then kept under data_dir so restarts keep sessions)."""
+    cors_origins: tuple[str, ...] = ()
+    tiers: Mapping[str, Tier] = field(default_factory=lambda: dict(DEFAULT_TIERS))
+    tenant_clusterrole: str = "tenant-admin"
+    trusted_proxies: frozenset[str] = frozenset()
+    token_ttl_seconds: int = MAX_TOKEN_TTL_SECONDS
+    """Lifetime of kubeconfig tokens; 7200 s is a hard ceiling of the product."""
+    session_ttl_seconds: int = 8 * 3600
+    """A working day; logout and suspension end sessions sooner, server-side."""
+    registration_enabled: bool = True
+    rate_init: RateLimit = RateLimit(5, 3600)
+    """Onboarding makes cluster objects: few per user per hour stops namespace exhaustion."""
+    rate_login: RateLimit = RateLimit(10, 60)
+    rate_register: RateLimit = RateLimit(10, 3600)
+    proxy_token_refresh_margin_seconds: int = 600
+    """Renew a cached tenant token when less than this remains (the spec's 10 min)."""
+    proxy_token_ttl_seconds: int = 3600
+    """Tokens the proxy caches live an hour: long enough to amortise, short enough to age out."""
+    max_body_bytes: int = 3 * 1024 * 1024
+    """Kubernetes itself refuses objects over ~3 MiB (etcd's limit)."""
+
+    @property
+    def dev_mode(self) -> bool:
+        return self.database_url is None
+
+
+_KEYS = (
+    "GATEWAY_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",
+    "GATEWAY_PUBLIC_SERVER", "GATEWAY_PUBLIC_CA_FILE", "GATEWAY_SESSION_SECRET",
+    "GATEWAY_CORS_ORIGINS", "GATEWAY_TIERS_FILE", "GATEWAY_TENANT_CLUSTERROLE",
+    "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
+    "GATEWAY_REGISTRATION", "GATEWAY_RATE_INIT", "GATEWAY_RATE_LOGIN", "GATEWAY_RATE_REGISTER",
+)
+
+
+def _merge(env: Mapping[str, str], config_text: str | None) -> dict[str, str]:
+    merged: dict[str, str] = {}
+    if config_text:
+        loaded: Any = yaml.safe_load(config_text) or {}
+        if not isinstance(loaded, dict):
+            raise SettingsError("GATEWAY_CONFIG must be a YAML mapping of GATEWAY_* keys")
+        unknown = sorted(set(map(str, loaded)) - set(_KEYS))
+        if unknown:
+            raise SettingsError(f"unknown keys in GATEWAY_CONFIG: {', '.join(unknown)}")
+        merged.update({str(k): ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in loaded.items() if v is not None})
+    merged.update({k: v for k, v in env.items() if k in _KEYS and v != ""})
+    return merged
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise SettingsError("GATEWAY_LISTEN must be host:port")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _origins(text: str) -> tuple[str, ...]:
+    origins = tuple(o.strip() for o in text.split(",") if o.strip())
+    for origin in origins:
+        if "*" in origin:
+            raise SettingsError("GATEWAY_CORS_ORIGINS must list exact origins; '*' is refused")
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise SettingsError(f"CORS origin {origin!r} must be scheme://host[:port] with nothing after")
+    return origins
+
+
+def _addresses(text: str) -> frozenset[str]:
+    found = set()
+    for item in (a.strip() for a in text.split(",") if a.strip()):
+        try:
+            found.add(str(ipaddress.ip_address(item)))
+        except ValueError:
+            raise SettingsError(f"GATEWAY_TRUSTED_PROXIES entry {item!r} is not an IP address") from None
+    return frozenset(found)
+
+
+def _bool(name: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{name} must be true or false")
+
+
+def load_settings(env: Mapping[str, str], config_text: str | None = None,
+                  tiers_text: str | None = None) -> Settings:
+    """Build and validate Settings. `tiers_text` is the content of GATEWAY_TIERS_FILE."""
+    values = _merge(env, config_text)
+    kwargs: dict[str, Any] = {}
+    if "GATEWAY_LISTEN" in values:
+        kwargs["listen_host"], kwargs["listen_port"] = _listen(values["GATEWAY_LISTEN"])
+    if "GATEWAY_DATABASE_URL" in values:
+        url = values["GATEWAY_DATABASE_URL"]
+        if urlsplit(url).scheme not in ("postgres", "postgresql"):
+            raise SettingsError("GATEWAY_DATABASE_URL must be a postgresql:// URL")
+        kwargs["database_url"] = Secret(url)
+    for key, name in (("GATEWAY_DATA_DIR", "data_dir"), ("GATEWAY_KUBECONFIG", "kubeconfig"),
+                      ("GATEWAY_PUBLIC_CA_FILE", "public_ca_file")):
+        if key in values:
+            kwargs[name] = Path(values[key]).expanduser()
+    if "GATEWAY_PUBLIC_SERVER" in values:
+        server = values["GATEWAY_PUBLIC_SERVER"].rstrip("/")
+        if urlsplit(server).scheme != "https":
+            raise SettingsError("GATEWAY_PUBLIC_SERVER must be an https:// URL")
+        kwargs["public_server"] = server
+    if "GATEWAY_SESSION_SECRET" in values:
+        secret = values["GATEWAY_SESSION_SECRET"]
+        if len(secret) < 32:
+            raise SettingsError("GATEWAY_SESSION_SECRET must be at least 32 characters")
+        kwargs["session_secret"] = Secret(secret)
+    elif "GATEWAY_DATABASE_URL" in values:
+        raise SettingsError("GATEWAY_SESSION_SECRET is required outside dev mode")
+    if "GATEWAY_CORS_ORIGINS" in values:
+        kwargs["cors_origins"] = _origins(values["GATEWAY_CORS_ORIGINS"])
+    if tiers_text is not None:
+        try:
+            kwargs["tiers"] = parse_tiers(tiers_text)
+        except ValueError as error:
+            raise SettingsError(f"GATEWAY_TIERS_FILE: {error}") from None
+    if "GATEWAY_TENANT_CLUSTERROLE" in values:
+        kwargs["tenant_clusterrole"] = values["GATEWAY_TENANT_CLUSTERROLE"]
+    if "GATEWAY_TRUSTED_PROXIES" in values:
+        kwargs["trusted_proxies"] = _addresses(values["GATEWAY_TRUSTED_PROXIES"])
+    for key, name in (("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds"),
+                      ("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds")):
+        if key in values:
+            try:
+                kwargs[name] = int(values[key])
+            except ValueError:
+                raise SettingsError(f"{key} must be a whole number of seconds") from None
+    ttl = kwargs.get("token_ttl_seconds", MAX_TOKEN_TTL_SECONDS)
+    if ttl > MAX_TOKEN_TTL_SECONDS:
+        raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS may not exceed {MAX_TOKEN_TTL_SECONDS} (a hard limit)")
+    if ttl < MIN_TOKEN_TTL_SECONDS:
+        raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS must be at least {MIN_TOKEN_TTL_SECONDS} (the API server's minimum)")
+    if kwargs.get("session_ttl_seconds", 1) < 60:
+        raise SettingsError("GATEWAY_SESSION_TTL_SECONDS must be at least 60")
+    if "GATEWAY_REGISTRATION" in values:
+        kwargs["registration_enabled"] = _bool("GATEWAY_REGISTRATION", values["GATEWAY_REGISTRATION"])
+    for key, name in (("GATEWAY_RATE_INIT", "rate_init"), ("GATEWAY_RATE_LOGIN", "rate_login"),
+                      ("GATEWAY_RATE_REGISTER", "rate_register")):
+        if key in values:
+            kwargs[name] = RateLimit.parse(key, values[key])
+    return Settings(**kwargs)
+
+
+def settings_from_environment(env: Mapping[str, str] | None = None) -> Settings:
+    """Read the files GATEWAY_CONFIG and GATEWAY_TIERS_FILE name, then validate."""
+    env = os.environ if env is None else env
+
+    def read(key: str, path: str | None) -> str | None:
+        if not path:
+            return None
+        try:
+            return Path(path).expanduser().read_text()
+        except OSError as error:
+            raise SettingsError(f"{key}: cannot read {path}: {error.strerror}") from None
+
+    config_text = read("GATEWAY_CONFIG", env.get("GATEWAY_CONFIG"))
+    tiers_path = _merge(env, config_text).get("GATEWAY_TIERS_FILE")
+    return load_settings(env, config_text, read("GATEWAY_TIERS_FILE", tiers_path))
