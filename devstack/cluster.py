@@ -82,13 +82,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
 def _kubeconfig(server: str, ca_pem: bytes, user: str, pair: pki.KeyPair) -> str:
-    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
     return yaml.safe_dump({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)}}],
-        "users": [{"name": user, "user": {"client-certificate-data": b64(pair.cert_pem), "client-key-data": b64(pair.key_pem)}}],
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}],
+        "users": [{"name": user, "user": {"client-certificate-data": _b64(pair.cert_pem), "client-key-data": _b64(pair.key_pem)}}],
         "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
         "current-context": "local",
     })

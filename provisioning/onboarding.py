@@ -13,7 +13,7 @@ name without our label are never adopted.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from provisioning import manifests
 from provisioning.db import repositories as repo
@@ -33,13 +33,13 @@ class Onboarded:
     """True only for the call that completed the workspace (201, not 200)."""
 
 
-async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, object]:
+async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, Any]:
     """Create the object, or adopt it if a previous attempt of ours made it."""
     try:
         return await kube.create(step.collection, step.body)
     except KubeAlreadyExists:
         existing = await kube.get(step.path)
-    labels = (existing.get("metadata") or {}).get("labels") or {}  # type: ignore[union-attr]
+    labels = (existing.get("metadata") or {}).get("labels") or {}
     if labels.get(manifests.WORKSPACE_LABEL) != workspace_id:
         raise Conflict(f"a {step.kind} named {step.name} already exists and is not this workspace's",
                        code="object_taken")
@@ -61,7 +61,7 @@ async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: st
     made: dict[str, str] = {}
     for step in manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role):
         obj = await ensure_object(kube, step, workspace_id)
-        made[step.kind] = str((obj.get("metadata") or {}).get("uid", ""))  # type: ignore[union-attr]
+        made[step.kind] = str((obj.get("metadata") or {}).get("uid", ""))
 
     async with db.transaction() as connection:
         done = await repo.set_workspace_state(connection, workspace.id, "provisioned",

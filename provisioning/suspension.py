@@ -49,7 +49,7 @@ async def _replace_service_account(kube: KubeClient, workspace: Workspace) -> st
     # A new object, so a new UID, even if the old one is still being finalised.
     created = await ensure_object(kube, manifests.service_account_step(workspace.namespace, str(workspace.id)),
                                   str(workspace.id))
-    new_uid = str(created["metadata"]["uid"])  # type: ignore[index]
+    new_uid = str(created["metadata"]["uid"])
     if new_uid == workspace.service_account_uid:
         # The old object was adopted instead of replaced: its tokens would live on.
         raise ClusterUnavailable("the tenant ServiceAccount is still being deleted; repeat the suspension")
@@ -94,5 +94,5 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
     return await _change_status(
         db, workspace_id, "provisioned",
         AuditEvent("ResumeWorkspace", actor.id, workspace_id, ip_address, {"step": "access_restored"}),
-        service_account_uid=str(service_account["metadata"]["uid"]),  # type: ignore[index]
+        service_account_uid=str(service_account["metadata"]["uid"]),
     )

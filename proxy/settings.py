@@ -87,6 +87,12 @@ class Settings:
     def dev_mode(self) -> bool:
         return self.database_url is None
 
+    @property
+    def session_secret_value(self) -> Secret:
+        if self.session_secret is None:
+            raise SettingsError("GATEWAY_SESSION_SECRET is not set")
+        return self.session_secret
+
 
 _KEYS = (
     "GATEWAY_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",

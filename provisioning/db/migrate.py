@@ -16,7 +16,7 @@ _MIGRATION_LOCK = 0x7E4A_6A7E
 
 def _migrations() -> list[tuple[str, str]]:
     folder = resources.files("provisioning.db").joinpath("migrations")
-    files = sorted(f for f in folder.iterdir() if f.name.endswith(".sql"))
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
     return [(f.name.removesuffix(".sql"), f.read_text()) for f in files]
 
 

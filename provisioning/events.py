@@ -1,0 +1,116 @@
+"""Cross-replica events over PostgreSQL LISTEN/NOTIFY.
+
+Writers call `repositories.notify` inside the transaction that changes state,
+so an event is delivered exactly when the change becomes visible. Each replica
+holds one dedicated listening connection (outside the pool). Caches may trust
+their entries only while `connected` is true: when the connection drops, every
+subscriber's reset hook runs (drop everything), caches fall back to the
+database until the listener is back, and no event can have been missed
+unnoticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Callable
+
+import asyncpg
+
+from provisioning.db.repositories import EVENTS_CHANNEL
+
+log = logging.getLogger(__name__)
+
+# Handlers run on the listener's callback: synchronous and quick (evict a
+# cache entry, cancel a stream), never I/O.
+Handler = Callable[[dict[str, Any]], None]
+ResetHook = Callable[[], None]
+
+
+class EventListener:
+    def __init__(self, dsn: str, *, retry_seconds: float = 1.0) -> None:
+        self._dsn = dsn
+        self._retry_seconds = retry_seconds
+        self._handlers: list[Handler] = []
+        self._reset_hooks: list[ResetHook] = []
+        self._connection: asyncpg.Connection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._lost = asyncio.Event()
+        self.connected = False
+
+    def subscribe(self, handler: Handler, on_reset: ResetHook | None = None) -> None:
+        self._handlers.append(handler)
+        if on_reset is not None:
+            self._reset_hooks.append(on_reset)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="tenant-gateway-events")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self._close()
+
+    async def _close(self) -> None:
+        self.connected = False
+        if self._connection is not None and not self._connection.is_closed():
+            try:
+                await asyncio.wait_for(self._connection.close(), timeout=2)
+            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError):
+                self._connection.terminate()
+        self._connection = None
+
+    def _reset(self) -> None:
+        for hook in self._reset_hooks:
+            hook()
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self._lost.clear()
+                self._connection = await asyncpg.connect(self._dsn, timeout=5)
+                self._connection.add_termination_listener(lambda _c: self._lost.set())
+                await self._connection.add_listener(EVENTS_CHANNEL, self._on_notify)
+                # Anything cached before this point may have missed an event.
+                self._reset()
+                self.connected = True
+                log.info("event listener connected")
+                await self._watch_connection()
+            except asyncio.CancelledError:
+                raise
+            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                pass
+            if self.connected:
+                log.warning("event listener lost its connection; caches disabled until it is back")
+            await self._close()
+            self._reset()
+            await asyncio.sleep(self._retry_seconds)
+
+    async def _watch_connection(self) -> None:
+        """Return when the connection is gone. The termination callback covers
+        a clean close; the periodic probe covers a silently dead socket."""
+        assert self._connection is not None
+        while True:
+            try:
+                await asyncio.wait_for(self._lost.wait(), timeout=5)
+                return
+            except asyncio.TimeoutError:
+                await self._connection.fetchval("SELECT 1", timeout=3)
+
+    def _on_notify(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        for handler in self._handlers:
+            try:
+                handler(message)
+            except Exception:  # one broken subscriber must not starve the others
+                log.exception("event handler failed")

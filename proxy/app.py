@@ -1,0 +1,142 @@
+"""The application factory: wiring only.
+
+`create_app` registers routes and middlewares and owns every long-lived
+resource through `cleanup_ctx` (database pool, event listener, the gateway's
+Kubernetes client, the pass-through upstream), so start-up and shutdown order
+are explicit and tests build the very same app.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+from aiohttp import web
+
+from provisioning.db.migrate import migrate
+from provisioning.db.pool import Database
+from provisioning.events import EventListener
+from provisioning.kube.client import KubeClient
+from proxy import keys, logs
+from proxy.auth.authenticating import Authenticator
+from proxy.errors import error_middleware, error_response
+from proxy.metrics import Metrics
+from proxy.routes import accounts, health, workspaces
+from proxy.settings import Settings
+
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+_API_CSP = "default-src 'none'; frame-ancestors 'none'"
+_CORS_METHODS = "GET, POST, PUT, PATCH, DELETE"
+_CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
+
+
+def _route_label(request: web.Request) -> str:
+    info = request.match_info
+    route = info.route if info is not None else None
+    resource = route.resource if route is not None else None
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def request_context(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Request id for logs and responses; CORS preflight answered before routing."""
+    request_id = uuid.uuid4().hex
+    request["request_id"] = request_id
+    request["started"] = time.perf_counter()
+    token = logs.request_id.set(request_id)
+    try:
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            return _preflight(request)
+        return await handler(request)
+    finally:
+        logs.request_id.reset(token)
+
+
+def _preflight(request: web.Request) -> web.StreamResponse:
+    origin = request.headers.get("Origin", "")
+    if origin not in request.app[keys.SETTINGS].cors_origins:
+        return error_response(403, "cors_origin_refused", "this origin may not call the gateway")
+    return web.Response(status=204, headers={
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Credentials": "true",
+        "Access-Control-Allow-Methods": _CORS_METHODS,
+        "Access-Control-Allow-Headers": _CORS_HEADERS,
+        "Access-Control-Max-Age": "600",
+        "Vary": "Origin",
+    })
+
+
+async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    """Runs for every response, streamed ones included, just before headers go out."""
+    headers = response.headers
+    if "request_id" in request:
+        headers["X-Request-Id"] = request["request_id"]
+    for name, value in _SECURITY_HEADERS.items():
+        headers.setdefault(name, value)
+    if not request.path.startswith("/k8s/"):
+        headers.setdefault("Content-Security-Policy", _API_CSP)
+    origin = request.headers.get("Origin")
+    if origin and origin in request.app[keys.SETTINGS].cors_origins:
+        headers["Access-Control-Allow-Origin"] = origin
+        headers["Access-Control-Allow-Credentials"] = "true"
+        headers.add("Vary", "Origin")
+    route = _route_label(request)
+    metrics = request.app[keys.METRICS]
+    metrics.requests.labels(route=route, status=str(response.status)).inc()
+    if "started" in request:
+        metrics.request_duration.labels(route=route).observe(time.perf_counter() - request["started"])
+
+
+def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
+    if settings.public_ca_file is not None:
+        return base64.b64encode(Path(settings.public_ca_file).read_bytes()).decode()
+    return kube.ca_base64
+
+
+def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool = True,
+               kube: KubeClient | None = None) -> web.Application:
+    """`kube` replaces the gateway's client: tests use it to inject faults a
+    real API server cannot be made to produce on cue."""
+    app = web.Application(middlewares=[request_context, error_middleware], client_max_size=settings.max_body_bytes)
+    app[keys.SETTINGS] = settings
+    app[keys.METRICS] = Metrics()
+    app.on_response_prepare.append(_on_response_prepare)
+
+    async def database(app: web.Application) -> AsyncIterator[None]:
+        db = await Database.connect(database_dsn)
+        if apply_migrations:
+            async with db.connection() as connection:
+                await migrate(connection)
+        app[keys.DATABASE] = db
+        events = EventListener(database_dsn)
+        app[keys.EVENTS] = events
+        app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events)
+        await events.start()
+        yield
+        await events.stop()
+        await db.close()
+
+    async def kubernetes(app: web.Application) -> AsyncIterator[None]:
+        client = kube or await KubeClient.from_kubeconfig(settings.kubeconfig)
+        app[keys.KUBE] = client
+        app[keys.PUBLIC_CA_BASE64] = public_ca_base64(settings, client)
+        yield
+        if kube is None:
+            await client.close()
+
+    app.cleanup_ctx.extend([database, kubernetes])
+    for table in (health.routes, accounts.routes, workspaces.routes):
+        app.router.add_routes(table)
+    return app
+
+
+def handler_args() -> dict[str, Any]:
+    """Server knobs shared by `serve` and the benchmarks."""
+    return {"access_log": None, "max_field_size": 16 * 1024, "max_line_size": 16 * 1024}

@@ -1,0 +1,80 @@
+"""Session tokens: HS256 JWTs whose `jti` names a server-side session row.
+
+The signature lets a replica reject forged or expired tokens without a
+database trip; the row lets logout and suspension end a session before its
+`exp`. The algorithm is pinned and every registered claim is required, so
+`alg: none`, algorithm confusion and tokens minted for another audience or
+issuer all fail. The CSRF token is derived from the session id, so a cookie
+planted by a sibling origin cannot be paired with a guessed header.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import hmac
+import uuid
+from dataclasses import dataclass
+
+import jwt
+
+from provisioning.errors import Unauthenticated
+from provisioning.secrets import Secret
+
+ALGORITHM = "HS256"
+ISSUER = "tenant-gateway"
+AUDIENCE = "tenant-gateway/session"
+SESSION_COOKIE = "gw_session"
+CSRF_COOKIE = "gw_csrf"
+CSRF_HEADER = "X-CSRF-Token"
+# Session tokens are ~300 bytes; anything far larger is not one of ours.
+_MAX_TOKEN_LENGTH = 4096
+
+
+@dataclass(frozen=True)
+class SessionClaims:
+    session_id: uuid.UUID
+    user_id: uuid.UUID
+    expires_at: datetime.datetime
+
+
+def mint(secret: Secret, user_id: uuid.UUID, session_id: uuid.UUID, now: datetime.datetime,
+         ttl_seconds: int) -> tuple[str, datetime.datetime]:
+    expires_at = now + datetime.timedelta(seconds=ttl_seconds)
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": str(user_id), "jti": str(session_id),
+              "iat": int(now.timestamp()), "exp": int(expires_at.timestamp())}
+    return jwt.encode(claims, secret.reveal(), algorithm=ALGORITHM), expires_at
+
+
+def verify(secret: Secret, token: str) -> SessionClaims:
+    if not token or len(token) > _MAX_TOKEN_LENGTH:
+        raise Unauthenticated("invalid session", code="invalid_session")
+    try:
+        claims = jwt.decode(
+            token, secret.reveal(), algorithms=[ALGORITHM], audience=AUDIENCE, issuer=ISSUER,
+            options={"require": ["exp", "iat", "iss", "aud", "sub", "jti"]}, leeway=5,
+        )
+        return SessionClaims(
+            session_id=uuid.UUID(claims["jti"]),
+            user_id=uuid.UUID(claims["sub"]),
+            expires_at=datetime.datetime.fromtimestamp(int(claims["exp"]), datetime.timezone.utc),
+        )
+    except jwt.ExpiredSignatureError:
+        raise Unauthenticated("the session has expired; log in again", code="session_expired") from None
+    except (jwt.PyJWTError, ValueError, TypeError, KeyError):
+        raise Unauthenticated("invalid session", code="invalid_session") from None
+
+
+def csrf_token(secret: Secret, session_id: uuid.UUID) -> str:
+    digest = hmac.new(secret.reveal().encode(), b"csrf:" + session_id.bytes, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def csrf_valid(secret: Secret, session_id: uuid.UUID, header: str | None, cookie: str | None) -> bool:
+    """Double submit, bound to the session: header == cookie == HMAC(session)."""
+    if not header or not cookie:
+        return False
+    expected = csrf_token(secret, session_id).encode()
+    # Evaluate both comparisons: no short-circuit timing difference.
+    return hmac.compare_digest(header.encode(), expected) & hmac.compare_digest(cookie.encode(), expected)

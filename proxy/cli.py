@@ -1,0 +1,218 @@
+"""`tenant-gateway serve | migrate | user create | check | dev`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from aiohttp import web
+
+from provisioning.db import repositories as repo
+from provisioning.db.migrate import migrate
+from provisioning.db.pool import Database, start_embedded_postgres
+from provisioning.errors import GatewayError
+from provisioning.kube.client import KubeClient
+from provisioning.permissions import PermissionReport, probe_permissions
+from provisioning.secrets import Secret
+from proxy.app import create_app, handler_args
+from proxy.auth import passwords
+from proxy.logs import configure_logging
+from proxy.settings import Settings, SettingsError, settings_from_environment
+
+log = logging.getLogger("tenant_gateway")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    print(f"tenant-gateway: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def load(env: dict[str, str] | None = None) -> Settings:
+    try:
+        settings = settings_from_environment(env)
+    except SettingsError as error:
+        _fail(str(error))
+    if settings.session_secret is None:
+        # Dev mode only (load_settings refuses this otherwise): a key kept
+        # under the data dir, so restarts keep sessions valid.
+        key_file = settings.data_dir / "session.key"
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if not key_file.exists():
+            key_file.write_text(secrets.token_urlsafe(48))
+            key_file.chmod(0o600)
+        settings = dataclasses.replace(settings, session_secret=Secret(key_file.read_text().strip()))
+    return settings
+
+
+def database_dsn(settings: Settings) -> str:
+    if settings.database_url is not None:
+        return settings.database_url.reveal()
+    return start_embedded_postgres(settings.data_dir)
+
+
+async def _with_database(dsn: str, apply_migrations: bool = True) -> Database:
+    db = await Database.connect(dsn, min_size=1, max_size=2)
+    if apply_migrations:
+        async with db.connection() as connection:
+            await migrate(connection)
+    return db
+
+
+async def _permission_report(settings: Settings) -> PermissionReport:
+    kube = await KubeClient.from_kubeconfig(settings.kubeconfig)
+    try:
+        return await probe_permissions(kube, settings.tenant_clusterrole)
+    finally:
+        await kube.close()
+
+
+def cmd_check(settings: Settings) -> int:
+    try:
+        report = asyncio.run(_permission_report(settings))
+    except GatewayError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    for line in report.lines():
+        print(line)
+    return 0 if report.ok else 1
+
+
+def cmd_migrate(settings: Settings) -> int:
+    async def run() -> list[str]:
+        db = await Database.connect(database_dsn(settings), min_size=1, max_size=1)
+        try:
+            async with db.connection() as connection:
+                return await migrate(connection)
+        finally:
+            await db.close()
+
+    applied = asyncio.run(run())
+    print("applied: " + ", ".join(applied) if applied else "database is up to date")
+    return 0
+
+
+async def create_user(dsn: str, email: str, password: str, is_admin: bool) -> str:
+    from proxy.routes.accounts import valid_email
+
+    email = valid_email(email)
+    passwords.check_policy(password, email)
+    db = await _with_database(dsn)
+    try:
+        user = await repo.create_user(db, email, await passwords.hash_password(password), is_admin=is_admin)
+    finally:
+        await db.close()
+    return str(user.id)
+
+
+def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
+    if not args.password_stdin:
+        _fail("pass the password on standard input with --password-stdin (never on the command line)")
+    password = sys.stdin.readline().rstrip("\r\n")
+    try:
+        user_id = asyncio.run(create_user(database_dsn(settings), args.email, password, args.admin))
+    except GatewayError as error:
+        _fail(error.message, 1)
+    print(user_id)
+    return 0
+
+
+def _self_check(settings: Settings, allow_excess: bool) -> None:
+    try:
+        report = asyncio.run(_permission_report(settings))
+    except GatewayError as error:
+        log.warning("permission self-check could not run; /readyz will say why", extra={"reason": error.message})
+        return
+    if report.missing:
+        _fail("the gateway's Kubernetes credential lacks permissions it needs:\n  " + "\n  ".join(map(str, report.missing)), 1)
+    if report.excessive:
+        text = "the gateway's Kubernetes credential holds forbidden permissions:\n  " + "\n  ".join(map(str, report.excessive))
+        if not allow_excess:
+            _fail(text + "\nrefusing to start; fix the ClusterRole or pass --allow-excess-permissions", 1)
+        log.warning("STARTING WITH EXCESS PERMISSIONS (--allow-excess-permissions): " + text)
+
+
+def _run_loop() -> None:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        pass
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    _self_check(settings, args.allow_excess_permissions)
+    dsn = database_dsn(settings)
+    app = create_app(settings, database_dsn=dsn, apply_migrations=not args.no_migrate)
+    _run_loop()
+    log.info("serving", extra={"listen": f"{settings.listen_host}:{settings.listen_port}"})
+    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None,
+                shutdown_timeout=10, handle_signals=True, **handler_args())
+    return 0
+
+
+def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
+    """Everything local: embedded PostgreSQL, a local cluster, a first admin."""
+    from devstack.cluster import start_local_cluster
+
+    cluster = start_local_cluster(settings.data_dir.resolve() / "cluster")
+    try:
+        settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig)
+        dsn = database_dsn(settings)
+        admin_email = "admin@gateway.local"
+        password = secrets.token_urlsafe(12)
+        try:
+            asyncio.run(create_user(dsn, admin_email, password, True))
+            print(f"\nfirst admin: {admin_email}\none-time password: {password}\n"
+                  "(printed once; it is not stored anywhere in clear)\n", flush=True)
+        except GatewayError:
+            print(f"\nadmin {admin_email} exists already (password printed on the first run)\n", flush=True)
+        print(f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
+              f"gateway: http://{settings.listen_host}:{settings.listen_port}\n", flush=True)
+        return cmd_serve(settings, args)
+    finally:
+        cluster.stop()
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="tenant-gateway", description=__doc__)
+    sub = root.add_subparsers(dest="command", required=True)
+    for name, help_text in (("serve", "run the HTTP server"), ("dev", "run locally: embedded PostgreSQL, local cluster, first admin")):
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("--no-migrate", action="store_true", help="do not apply database migrations at start")
+        cmd.add_argument("--allow-excess-permissions", action="store_true",
+                         help="start even if the Kubernetes credential holds forbidden permissions (logged loudly)")
+    sub.add_parser("migrate", help="apply database migrations and exit")
+    sub.add_parser("check", help="check the gateway's own Kubernetes permissions")
+    user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
+    create = user.add_parser("create", help="create a user (bootstrap the first admin)")
+    create.add_argument("--email", required=True)
+    create.add_argument("--admin", action="store_true")
+    create.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging(os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
+    settings = load()
+    if args.command == "serve":
+        return cmd_serve(settings, args)
+    if args.command == "dev":
+        return cmd_dev(settings, args)
+    if args.command == "migrate":
+        return cmd_migrate(settings)
+    if args.command == "check":
+        return cmd_check(settings)
+    return cmd_user_create(settings, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

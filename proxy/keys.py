@@ -1,0 +1,21 @@
+"""Every typed application key in one place: the app's dependency registry."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from provisioning.db.pool import Database
+from provisioning.events import EventListener
+from provisioning.kube.client import KubeClient
+from proxy.auth.authenticating import Authenticator
+from proxy.metrics import Metrics
+from proxy.settings import Settings
+
+SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
+DATABASE = web.AppKey("database", Database)
+KUBE = web.AppKey("kube", KubeClient)
+EVENTS = web.AppKey("events", EventListener)
+AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)
+"""The CA written into issued kubeconfigs: GATEWAY_PUBLIC_CA_FILE, else the credential's."""

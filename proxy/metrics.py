@@ -1,0 +1,34 @@
+"""Prometheus metrics, one registry per application (tests build many apps in
+one process; the default global registry would refuse duplicates)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+__all__ = ["Metrics", "CONTENT_TYPE_LATEST"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("tenant_gateway_requests", "HTTP requests answered, by route and status",
+                                ["route", "status"], registry=r)
+        self.request_duration = Histogram(
+            "tenant_gateway_request_duration_seconds", "Time to the response headers, by route", ["route"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
+        self.token_requests = Counter("tenant_gateway_token_requests", "TokenRequests made, by result",
+                                      ["result"], registry=r)
+        self.token_cache_hits = Counter("tenant_gateway_token_cache_hits", "Proxied requests served a cached token",
+                                        registry=r)
+        self.open_streams = Gauge("tenant_gateway_proxy_open_streams",
+                                  "Open long-running proxied streams (watch, follow, exec)", registry=r)
+        self.suspensions = Counter("tenant_gateway_suspensions", "Workspaces suspended", registry=r)
+        self.rate_limited = Counter("tenant_gateway_rate_limited", "Requests refused by a rate limit, by limit",
+                                    ["limit"], registry=r)
+        self.proxy_reads = Counter("tenant_gateway_proxy_reads", "Proxied read requests (not audited row by row)",
+                                   registry=r)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

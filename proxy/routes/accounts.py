@@ -1,0 +1,103 @@
+"""Register, login, logout, me."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import uuid
+
+from aiohttp import web
+
+from provisioning.db import repositories as repo
+from provisioning.errors import BadRequest, Forbidden, Unauthenticated
+from provisioning.models import AuditEvent
+from proxy import keys, ratelimit
+from proxy.auth import passwords, sessions
+from proxy.routes.common import client_ip, principal, read_json
+
+routes = web.RouteTableDef()
+
+# Deliberately plain: one @, no spaces, a dotted domain. Deliverability is the
+# mail system's business; this only stops garbage at the door.
+_EMAIL = re.compile(r"^[^@\s\x00-\x1f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
+_INVALID_LOGIN = "invalid email or password"
+
+
+def valid_email(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 254 or not _EMAIL.match(value.strip()):
+        raise BadRequest("email must be a valid address", code="invalid_email")
+    return value.strip()
+
+
+@routes.post("/api/v1/auth/register")
+async def register(request: web.Request) -> web.Response:
+    app, ip = request.app, client_ip(request)
+    settings = app[keys.SETTINGS]
+    if not settings.registration_enabled:
+        raise Forbidden("self-registration is turned off; ask an administrator", code="registration_disabled")
+    body = await read_json(request)
+    email = valid_email(body.get("email"))
+    password = passwords.check_policy(body.get("password"), email)
+    await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], "register", ip or "unknown", settings.rate_register)
+    user = await repo.create_user(app[keys.DATABASE], email, await passwords.hash_password(password))
+    await repo.record_audit(app[keys.DATABASE], AuditEvent("Register", user.id, None, ip, {"email": user.email}))
+    return web.json_response({"id": str(user.id), "email": user.email}, status=201)
+
+
+def _set_session_cookies(response: web.StreamResponse, token: str, csrf: str, max_age: int) -> None:
+    response.set_cookie(sessions.SESSION_COOKIE, token, max_age=max_age, path="/", secure=True,
+                        httponly=True, samesite="Strict")
+    # Readable by the page's script, which echoes it in X-CSRF-Token.
+    response.set_cookie(sessions.CSRF_COOKIE, csrf, max_age=max_age, path="/", secure=True,
+                        httponly=False, samesite="Strict")
+
+
+@routes.post("/api/v1/auth/login")
+async def login(request: web.Request) -> web.Response:
+    app, ip = request.app, client_ip(request)
+    settings, db = app[keys.SETTINGS], app[keys.DATABASE]
+    body = await read_json(request)
+    email, password = body.get("email"), body.get("password")
+    if not isinstance(email, str) or not isinstance(password, str) or len(password) > passwords.MAX_LENGTH:
+        raise BadRequest("email and password are required strings", code="invalid_credentials_format")
+    await ratelimit.enforce(db, app[keys.METRICS], "login", ip or "unknown", settings.rate_login)
+    await ratelimit.enforce(db, app[keys.METRICS], "login-email", email.strip().lower(), settings.rate_login)
+    found = await repo.user_with_hash_by_email(db, email.strip())
+    # Verify even for unknown emails: both failures take the same time.
+    ok = await passwords.verify_password(found[1] if found else None, password)
+    if not ok or found is None or found[0].status != "active":
+        await repo.record_audit(db, AuditEvent("Login", found[0].id if found else None, None, ip,
+                                               {"result": "failure"}))
+        raise Unauthenticated(_INVALID_LOGIN, code="invalid_credentials")
+    user = found[0]
+    session_id = uuid.uuid4()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    token, expires_at = sessions.mint(settings.session_secret_value, user.id, session_id, now,
+                                      settings.session_ttl_seconds)
+    await repo.create_session(db, session_id, user.id, expires_at)
+    await repo.record_audit(db, AuditEvent("Login", user.id, None, ip, {"result": "success"}))
+    csrf = sessions.csrf_token(settings.session_secret_value, session_id)
+    response = web.json_response({
+        "token": token, "expires_at": expires_at.isoformat(), "csrf_token": csrf, "user": user.public(),
+    }, headers={"Cache-Control": "no-store"})
+    _set_session_cookies(response, token, csrf, settings.session_ttl_seconds)
+    return response
+
+
+@routes.post("/api/v1/auth/logout")
+async def logout(request: web.Request) -> web.Response:
+    who = await principal(request)
+    db = request.app[keys.DATABASE]
+    await repo.revoke_session(db, who.session_id)
+    await repo.record_audit(db, AuditEvent("Logout", who.user.id, None, client_ip(request), {}))
+    response = web.Response(status=204)
+    for cookie in (sessions.SESSION_COOKIE, sessions.CSRF_COOKIE):
+        response.del_cookie(cookie, path="/", secure=True, samesite="Strict")
+    return response
+
+
+@routes.get("/api/v1/me")
+async def me(request: web.Request) -> web.Response:
+    who = await principal(request)
+    owned = await repo.workspaces_of(request.app[keys.DATABASE], who.user.id)
+    return web.json_response({**who.user.public(), "workspaces": [w.public() for w in owned]})

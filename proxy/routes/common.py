@@ -1,0 +1,67 @@
+"""What every handler needs: who is calling, from where, and with what body."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from aiohttp import web
+
+from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
+from proxy import keys
+from proxy.addresses import client_address
+from proxy.auth.authenticating import Principal
+
+# API bodies are tiny JSON objects; kubeconfig-sized bodies never come this way.
+MAX_JSON_BYTES = 64 * 1024
+
+
+async def principal(request: web.Request) -> Principal:
+    cached = request.get("principal")
+    if isinstance(cached, Principal):
+        return cached
+    found = await request.app[keys.AUTHENTICATOR].authenticate(request)
+    request["principal"] = found
+    return found
+
+
+async def admin(request: web.Request) -> Principal:
+    found = await principal(request)
+    if not found.user.is_admin:
+        raise Forbidden("administrators only", code="admin_required")
+    return found
+
+
+def client_ip(request: web.Request) -> str | None:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    host = peer[0] if isinstance(peer, (tuple, list)) and peer else None
+    return client_address(host, request.headers.get("X-Forwarded-For"),
+                          request.app[keys.SETTINGS].trusted_proxies)
+
+
+async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
+    if request.content_length is not None and request.content_length > MAX_JSON_BYTES:
+        raise PayloadTooLarge()
+    raw = await request.content.read(MAX_JSON_BYTES + 1)
+    if len(raw) > MAX_JSON_BYTES:
+        raise PayloadTooLarge()
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise BadRequest("a JSON object body is required", code="invalid_json")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the body is not valid JSON", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object", code="invalid_json")
+    return body
+
+
+def uuid_from(text: str | None, what: str) -> uuid.UUID:
+    """Parse an id from a path or query; a malformed id is simply not found."""
+    try:
+        return uuid.UUID(str(text))
+    except ValueError:
+        raise NotFound(f"no such {what}") from None

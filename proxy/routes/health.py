@@ -1,0 +1,35 @@
+"""Liveness, readiness and metrics: unauthenticated, and cheap."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from proxy import keys
+from proxy.metrics import CONTENT_TYPE_LATEST
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/healthz")
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+@routes.get("/readyz")
+async def readyz(request: web.Request) -> web.Response:
+    """Ready only when both the database and the API server answer: a replica
+    that cannot reach either would answer every request with 503."""
+    database, cluster = await asyncio.gather(
+        request.app[keys.DATABASE].ping(), request.app[keys.KUBE].reachable())
+    checks = {"database": "ok" if database else "unavailable", "kubernetes": "ok" if cluster else "unavailable"}
+    ready = database and cluster
+    return web.json_response({"status": "ok" if ready else "unavailable", "checks": checks},
+                             status=200 if ready else 503)
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[keys.METRICS].exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,115 @@
+"""Workspaces: onboarding, listing, kubeconfigs, suspension, the audit log."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from provisioning import credentials, onboarding, suspension
+from provisioning.db import repositories as repo
+from provisioning.errors import BadRequest, Forbidden, NotFound
+from provisioning.models import Workspace
+from proxy import keys, ratelimit
+from proxy.routes.common import admin, client_ip, principal, read_json, uuid_from
+
+routes = web.RouteTableDef()
+
+
+def _with_quota(request: web.Request, workspace: Workspace) -> dict[str, object]:
+    tier = request.app[keys.SETTINGS].tiers.get(workspace.tier)
+    return workspace.public(tier.summary() if tier else None)
+
+
+@routes.post("/api/v1/workspaces/init")
+async def init_workspace(request: web.Request) -> web.Response:
+    who = await principal(request)
+    app, ip = request.app, client_ip(request)
+    settings, db = app[keys.SETTINGS], app[keys.DATABASE]
+    body = await read_json(request, allow_empty=True)
+    tier = body.get("tier", "basic")
+    if not isinstance(tier, str):
+        raise BadRequest("tier must be a string", code="unknown_tier")
+    if tier not in settings.tiers:
+        raise BadRequest(f"unknown tier {tier!r}; known: {', '.join(sorted(settings.tiers))}", code="unknown_tier")
+    await ratelimit.enforce(db, app[keys.METRICS], "init", str(who.user.id), settings.rate_init)
+    await ratelimit.enforce(db, app[keys.METRICS], "init-address", ip or "unknown", settings.rate_init)
+    result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
+                                      cluster_role=settings.tenant_clusterrole, ip_address=ip)
+    return web.json_response(result.workspace.public(result.tier.summary()),
+                             status=201 if result.provisioned_now else 200)
+
+
+@routes.get("/api/v1/workspaces")
+async def list_workspaces(request: web.Request) -> web.Response:
+    who = await principal(request)
+    db = request.app[keys.DATABASE]
+    everything = request.query.get("all", "").lower() in ("1", "true", "yes")
+    if everything and not who.user.is_admin:
+        raise Forbidden("only administrators may list every workspace", code="admin_required")
+    found = await (repo.all_workspaces(db) if everything else repo.workspaces_of(db, who.user.id))
+    return web.json_response([_with_quota(request, w) for w in found])
+
+
+@routes.get("/api/v1/workspaces/credentials/kubeconfig")
+async def kubeconfig(request: web.Request) -> web.Response:
+    who = await principal(request)
+    app = request.app
+    settings, kube = app[keys.SETTINGS], app[keys.KUBE]
+    raw_id = request.query.get("workspace_id")
+    workspace_id = uuid_from(raw_id, "workspace") if raw_id else None
+    text = await credentials.issue_kubeconfig(
+        app[keys.DATABASE], kube, who.user, workspace_id, ip_address=client_ip(request),
+        ttl_seconds=settings.token_ttl_seconds,
+        public_server=settings.public_server or kube.endpoint.server,
+        public_ca_base64=app[keys.PUBLIC_CA_BASE64],
+    )
+    return web.Response(text=text, content_type="application/x-yaml", headers={
+        "Cache-Control": "no-store",
+        "Content-Disposition": 'attachment; filename="kubeconfig.yaml"',
+    })
+
+
+@routes.get("/api/v1/workspaces/{id}")
+async def get_workspace(request: web.Request) -> web.Response:
+    who = await principal(request)
+    workspace = await repo.get_workspace(request.app[keys.DATABASE], uuid_from(request.match_info["id"], "workspace"))
+    if workspace is None or (workspace.user_id != who.user.id and not who.user.is_admin):
+        raise NotFound("no such workspace")
+    return web.json_response(_with_quota(request, workspace))
+
+
+@routes.post("/api/v1/workspaces/{id}/suspend")
+async def suspend_workspace(request: web.Request) -> web.Response:
+    who = await admin(request)
+    app = request.app
+    workspace = await suspension.suspend(app[keys.DATABASE], app[keys.KUBE], uuid_from(request.match_info["id"], "workspace"),
+                                         who.user, client_ip(request))
+    app[keys.METRICS].suspensions.inc()
+    return web.json_response({"id": str(workspace.id), "status": workspace.status})
+
+
+@routes.post("/api/v1/workspaces/{id}/resume")
+async def resume_workspace(request: web.Request) -> web.Response:
+    who = await admin(request)
+    app = request.app
+    workspace = await suspension.resume(app[keys.DATABASE], app[keys.KUBE], uuid_from(request.match_info["id"], "workspace"),
+                                        who.user, client_ip(request),
+                                        cluster_role=app[keys.SETTINGS].tenant_clusterrole)
+    return web.json_response({"id": str(workspace.id), "status": workspace.status})
+
+
+@routes.get("/api/v1/audit")
+async def audit(request: web.Request) -> web.Response:
+    await admin(request)
+    query = request.query
+    try:
+        limit = min(max(int(query.get("limit", "200")), 1), 1000)
+    except ValueError:
+        raise BadRequest("limit must be a number", code="invalid_limit") from None
+    rows = await repo.query_audit(
+        request.app[keys.DATABASE],
+        workspace_id=uuid_from(query["workspace_id"], "workspace") if query.get("workspace_id") else None,
+        user_id=uuid_from(query["user_id"], "user") if query.get("user_id") else None,
+        action=query.get("action") or None,
+        limit=limit,
+    )
+    return web.json_response(rows)

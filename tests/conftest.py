@@ -1,0 +1,101 @@
+"""Session-scoped real components: a local Kubernetes control plane and an
+embedded PostgreSQL. Neither is ever skipped: if one cannot start, every test
+that needs it errors with the reason (see devstack.cluster.ClusterStartError).
+
+Each test gets its own database (a copy of a migrated template, ~20 ms) and
+its own users, so tests share the cluster but never state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+
+import asyncpg
+import pytest
+
+from devstack.cluster import LocalCluster, start_local_cluster
+from provisioning.db.migrate import migrate
+from provisioning.db.pool import start_embedded_postgres
+
+TEMPLATE_DB = "gateway_template"
+SESSION_SECRET = "test-session-secret-" + "x" * 32
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    state = tmp_path_factory.mktemp("cluster")
+    local = start_local_cluster(state)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = start_embedded_postgres(tmp_path_factory.mktemp("pg"))
+
+    async def prepare() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(f"DROP DATABASE IF EXISTS {TEMPLATE_DB}")
+            await connection.execute(f"CREATE DATABASE {TEMPLATE_DB}")
+        finally:
+            await connection.close()
+        template = await asyncpg.connect(_with_database(url, TEMPLATE_DB))
+        try:
+            await migrate(template)
+        finally:
+            await template.close()
+
+    asyncio.run(prepare())
+    return url
+
+
+def _with_database(url: str, name: str) -> str:
+    """Swap the database name in an embedded-postgres URL (postgresql://u:@/db?host=...)."""
+    head, _, query = url.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{name}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture
+async def database_url(postgres_server_url: str) -> AsyncIterator[str]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+    finally:
+        await admin.close()
+    yield _with_database(postgres_server_url, name)
+
+
+@pytest.fixture
+def gateway_env(cluster: LocalCluster, database_url: str) -> dict[str, str]:
+    """The environment a real deployment would give the gateway, pointed at the
+    restricted credential, with rate limits loose enough for a test's traffic."""
+    return {
+        "GATEWAY_DATABASE_URL": database_url,
+        "GATEWAY_SESSION_SECRET": SESSION_SECRET,
+        "GATEWAY_KUBECONFIG": str(cluster.gateway_kubeconfig),
+        "GATEWAY_RATE_INIT": "1000/60",
+        "GATEWAY_RATE_LOGIN": "1000/60",
+        "GATEWAY_RATE_REGISTER": "1000/60",
+    }
+
+
+def unique_email() -> str:
+    return f"user-{uuid.uuid4().hex[:12]}@example.test"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI a skipped test is a failed suite: the cluster tests must run."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = len(reporter.stats.get("skipped", [])) if reporter is not None else 0
+    if skipped and os.environ.get("CI"):
+        print(f"\nCI: {skipped} test(s) skipped; a skipped test fails the suite here", flush=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,0 +1,154 @@
+"""The foundation the gateway stands on, proven against the real control plane
+with the gateway's restricted identity (deploy/kubernetes/clusterroles.yaml)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import asyncpg
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from devstack.cluster import LocalCluster
+from provisioning import manifests
+from provisioning.tiers import DEFAULT_TIERS
+from tests import kubeclients
+
+pytestmark = pytest.mark.cluster
+
+
+def _status(call: object) -> int:
+    try:
+        call()  # type: ignore[operator]
+    except ApiException as error:
+        return int(error.status)
+    return 200
+
+
+@pytest.fixture
+def gateway_api(cluster: LocalCluster) -> client.ApiClient:
+    return kubeclients.from_kubeconfig(cluster.gateway_kubeconfig)
+
+
+@pytest.fixture
+def tenant(gateway_api: client.ApiClient) -> str:
+    """A tenant namespace made by the gateway identity: all five objects."""
+    ns = f"tenant-{uuid.uuid4()}"
+    wid = str(uuid.uuid4())
+    core, rbac = client.CoreV1Api(gateway_api), client.RbacAuthorizationV1Api(gateway_api)
+    core.create_namespace(manifests.namespace(ns, wid))
+    core.create_namespaced_resource_quota(ns, manifests.resource_quota(ns, wid, DEFAULT_TIERS["basic"]))
+    core.create_namespaced_limit_range(ns, manifests.limit_range(ns, wid, DEFAULT_TIERS["basic"]))
+    core.create_namespaced_service_account(ns, manifests.service_account(ns, wid))
+    rbac.create_namespaced_role_binding(ns, manifests.role_binding(ns, wid, "tenant-admin"))
+    return ns
+
+
+def _token(gateway_api: client.ApiClient, ns: str, seconds: int = 7200) -> str:
+    answer = client.CoreV1Api(gateway_api).create_namespaced_service_account_token(
+        manifests.TENANT_SERVICE_ACCOUNT, ns, {"spec": {"expirationSeconds": seconds}})
+    return str(answer.status.token)
+
+
+def test_gateway_identity_creates_all_five_tenant_objects(gateway_api: client.ApiClient, tenant: str) -> None:
+    core = client.CoreV1Api(gateway_api)
+    assert core.read_namespace(tenant).metadata.labels[manifests.WORKSPACE_LABEL]
+    assert core.read_namespaced_service_account(manifests.TENANT_SERVICE_ACCOUNT, tenant)
+    assert core.read_namespaced_resource_quota(manifests.QUOTA_NAME, tenant).spec.hard["requests.cpu"] == "4"
+    assert core.read_namespaced_limit_range(manifests.LIMITRANGE_NAME, tenant)
+    binding = client.RbacAuthorizationV1Api(gateway_api).read_namespaced_role_binding(manifests.TENANT_ROLEBINDING, tenant)
+    assert binding.role_ref.name == "tenant-admin"
+
+
+def test_gateway_identity_is_refused_what_it_must_never_do(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str) -> None:
+    core, rbac = client.CoreV1Api(gateway_api), client.RbacAuthorizationV1Api(gateway_api)
+    assert _status(lambda: core.read_namespaced_secret("anything", "kube-system")) == 403
+    assert _status(lambda: core.list_namespaced_secret("kube-system")) == 403
+    assert _status(lambda: core.list_pod_for_all_namespaces()) == 403
+    assert _status(lambda: core.list_namespaced_pod(tenant)) == 403
+    assert _status(lambda: client.AppsV1Api(gateway_api).list_namespaced_deployment(tenant)) == 403
+    assert _status(lambda: core.delete_namespace("kube-system")) == 403
+    # Binding cluster-admin is an escalation: no `bind` on it, and it does not hold its rights.
+    escalation = manifests.role_binding(tenant, "x", "cluster-admin")
+    escalation["metadata"]["name"] = "escalate"
+    assert _status(lambda: rbac.create_namespaced_role_binding(tenant, escalation)) == 403
+    # Impersonation: the API server refuses the request as a whole.
+    impersonating = kubeclients.from_kubeconfig(cluster.gateway_kubeconfig)
+    impersonating.default_headers["Impersonate-User"] = "system:admin"
+    assert _status(lambda: client.CoreV1Api(impersonating).list_namespace()) == 403
+
+
+def test_token_request_lives_exactly_7200_seconds_and_is_walled_in(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str) -> None:
+    token = _token(gateway_api, tenant)
+    claims = kubeclients.claims(token)
+    assert int(claims["exp"]) - int(claims["iat"]) == 7200  # type: ignore[call-overload]
+    tenant_api = client.CoreV1Api(kubeclients.from_token(cluster, token))
+    tenant_api.create_namespaced_config_map(tenant, {"metadata": {"name": "hello"}, "data": {"a": "b"}})
+    assert tenant_api.read_namespaced_config_map("hello", tenant).data == {"a": "b"}
+    assert _status(lambda: tenant_api.create_namespaced_config_map("default", {"metadata": {"name": "x"}})) == 403
+    assert _status(lambda: tenant_api.list_namespace()) == 403
+    assert _status(lambda: tenant_api.list_node()) == 403
+    assert _status(lambda: client.RbacAuthorizationV1Api(kubeclients.from_token(cluster, token))
+                   .create_cluster_role_binding({"metadata": {"name": "x"},
+                                                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                                                 "subjects": [{"kind": "User", "name": "x"}]})) == 403
+
+
+def test_tenant_cannot_mint_tokens_or_long_lived_token_secrets(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str) -> None:
+    tenant_api = client.CoreV1Api(kubeclients.from_token(cluster, _token(gateway_api, tenant)))
+    assert _status(lambda: tenant_api.create_namespaced_service_account_token(
+        manifests.TENANT_SERVICE_ACCOUNT, tenant, {"spec": {"expirationSeconds": 3600}})) == 403
+    legacy = {"metadata": {"name": "forever", "annotations": {"kubernetes.io/service-account.name": manifests.TENANT_SERVICE_ACCOUNT}},
+              "type": "kubernetes.io/service-account-token"}
+    assert _status(lambda: tenant_api.create_namespaced_secret(tenant, legacy)) in (403, 422)
+    # An ordinary Secret is fine.
+    tenant_api.create_namespaced_secret(tenant, {"metadata": {"name": "app"}, "stringData": {"k": "v"}})
+
+
+def test_replacing_the_service_account_kills_old_tokens(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str) -> None:
+    token = _token(gateway_api, tenant)
+    tenant_api = client.CoreV1Api(kubeclients.from_token(cluster, token))
+    tenant_api.list_namespaced_config_map(tenant)
+    core = client.CoreV1Api(gateway_api)
+    core.delete_namespaced_service_account(manifests.TENANT_SERVICE_ACCOUNT, tenant)
+    core.create_namespaced_service_account(tenant, manifests.service_account(tenant, "x"))
+    deadline = time.monotonic() + 20
+    status = 200
+    while time.monotonic() < deadline:
+        status = _status(lambda: tenant_api.list_namespaced_config_map(tenant))
+        if status == 401:
+            break
+        time.sleep(0.5)
+    assert status == 401
+
+
+def test_resource_quota_rejects_an_over_quota_pod(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str) -> None:
+    tenant_api = client.CoreV1Api(kubeclients.from_token(cluster, _token(gateway_api, tenant)))
+    greedy = {"metadata": {"name": "greedy"}, "spec": {"containers": [{
+        "name": "c", "image": "registry.invalid/none",
+        "resources": {"requests": {"cpu": "5"}, "limits": {"cpu": "5", "memory": "1Gi"}}}]}}
+    with pytest.raises(ApiException) as refused:
+        tenant_api.create_namespaced_pod(tenant, greedy)
+    assert refused.value.status == 403 and "exceeded quota" in str(refused.value.body)
+    # A pod that states nothing gets the LimitRange defaults and fits.
+    modest = {"metadata": {"name": "modest"}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}
+    created = tenant_api.create_namespaced_pod(tenant, modest)
+    assert created.spec.containers[0].resources.requests["cpu"] == "100m"
+
+
+async def test_postgres_round_trip(database_url: str) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute("CREATE TEMP TABLE t (v text)")
+        await connection.execute("INSERT INTO t VALUES ($1)", "hello")
+        assert await connection.fetchval("SELECT v FROM t") == "hello"
+        assert await connection.fetchval("SELECT count(*) FROM schema_migrations") >= 1
+    finally:
+        await connection.close()
