@@ -11,11 +11,17 @@ Each step is recorded in the audit log. A failure part-way answers 503 with
 the workspace still suspended (fail closed); repeating the call finishes it.
 
 Resume recreates the RoleBinding for the (already fresh) ServiceAccount, so old
-kubeconfigs stay dead and only newly issued ones work.
+kubeconfigs stay dead and only newly issued ones work. One subtlety: the API
+server caches successful token checks for about 10 s, and RBAC matches the
+ServiceAccount by name. A resume within that window would let an old token,
+still cached as valid, meet the new RoleBinding; resume therefore waits until
+the replacement ServiceAccount is older than the cache.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import uuid
 
 from provisioning import manifests
@@ -28,6 +34,17 @@ from provisioning.models import AuditEvent, User, Workspace
 from provisioning.onboarding import ensure_object
 
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
+# The API server's token-authentication cache (~10 s), plus clock-skew margin.
+TOKEN_CACHE_GRACE_SECONDS = 15.0
+
+
+def seconds_to_wait(created: str | None, now: datetime.datetime, grace: float = TOKEN_CACHE_GRACE_SECONDS) -> float:
+    """How long a resume must wait for tokens of the replaced ServiceAccount to
+    drop out of the API server's authentication cache."""
+    if not created:
+        return grace
+    made = datetime.datetime.fromisoformat(created.replace("Z", "+00:00"))
+    return min(grace, max(0.0, grace - (now - made).total_seconds()))
 
 
 async def _change_status(db: Database, workspace_id: uuid.UUID, status: str, event: AuditEvent,
@@ -90,6 +107,10 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
         raise NotFound("no such workspace")
     ns, wid = workspace.namespace, str(workspace.id)
     service_account = await ensure_object(kube, manifests.service_account_step(ns, wid), wid)
+    wait = seconds_to_wait(service_account["metadata"].get("creationTimestamp"),
+                           datetime.datetime.now(datetime.timezone.utc))
+    if wait > 0:
+        await asyncio.sleep(wait)
     await ensure_object(kube, manifests.role_binding_step(ns, wid, cluster_role), wid)
     return await _change_status(
         db, workspace_id, "provisioned",

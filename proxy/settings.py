@@ -205,7 +205,7 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
         raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS may not exceed {MAX_TOKEN_TTL_SECONDS} (a hard limit)")
     if ttl < MIN_TOKEN_TTL_SECONDS:
         raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS must be at least {MIN_TOKEN_TTL_SECONDS} (the API server's minimum)")
-    if kwargs.get("session_ttl_seconds", 1) < 60:
+    if kwargs.get("session_ttl_seconds", 60) < 60:
         raise SettingsError("GATEWAY_SESSION_TTL_SECONDS must be at least 60")
     if "GATEWAY_REGISTRATION" in values:
         kwargs["registration_enabled"] = _bool("GATEWAY_REGISTRATION", values["GATEWAY_REGISTRATION"])

@@ -88,10 +88,6 @@ def gateway_env(cluster: LocalCluster, database_url: str) -> dict[str, str]:
     }
 
 
-def unique_email() -> str:
-    return f"user-{uuid.uuid4().hex[:12]}@example.test"
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """In CI a skipped test is a failed suite: the cluster tests must run."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -99,3 +95,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if skipped and os.environ.get("CI"):
         print(f"\nCI: {skipped} test(s) skipped; a skipped test fails the suite here", flush=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str]) -> Callable[..., Awaitable[Any]]:
+    """Build a gateway test client; keyword arguments override environment keys
+    (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app."""
+    from proxy.app import create_app
+    from proxy.settings import load_settings
+
+    async def make(*, kube: Any = None, **env: str) -> Any:
+        merged = {**gateway_env, **env}
+        settings = load_settings(merged)
+        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
+        return await aiohttp_client(app)
+
+    return make
+
+
+@pytest.fixture
+async def gateway(make_gateway: Callable[..., Awaitable[Any]]) -> Any:
+    return await make_gateway()

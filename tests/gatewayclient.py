@@ -1,0 +1,65 @@
+"""Drive the gateway the way a web UI or a script would."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from proxy.cli import create_user
+
+PASSWORD = "correct horse battery staple"
+
+
+def unique_email() -> str:
+    return f"user-{uuid.uuid4().hex[:12]}@example.test"
+
+
+@dataclass
+class Session:
+    client: TestClient  # type: ignore[type-arg]
+    user_id: str
+    email: str
+    token: str
+    csrf: str
+
+    @property
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    async def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        headers = {**self.bearer, **kwargs.pop("headers", {})}
+        return await self.client.request(method, path, headers=headers, **kwargs)
+
+    async def init(self, tier: str | None = None) -> dict[str, Any]:
+        response = await self.call("POST", "/api/v1/workspaces/init", json={"tier": tier} if tier else {})
+        assert response.status in (200, 201), await response.text()
+        return dict(await response.json())
+
+    async def kubeconfig(self, workspace_id: str | None = None) -> str:
+        query = f"?workspace_id={workspace_id}" if workspace_id else ""
+        response = await self.call("GET", f"/api/v1/workspaces/credentials/kubeconfig{query}")
+        assert response.status == 200, await response.text()
+        return str(await response.text())
+
+
+async def register_and_login(client: TestClient, email: str | None = None) -> Session:  # type: ignore[type-arg]
+    email = email or unique_email()
+    registered = await client.post("/api/v1/auth/register", json={"email": email, "password": PASSWORD})
+    assert registered.status == 201, await registered.text()
+    return await login(client, email)
+
+
+async def login(client: TestClient, email: str, password: str = PASSWORD) -> Session:  # type: ignore[type-arg]
+    response = await client.post("/api/v1/auth/login", json={"email": email, "password": password})
+    assert response.status == 200, await response.text()
+    body = await response.json()
+    return Session(client, body["user"]["id"], email, body["token"], body["csrf_token"])
+
+
+async def admin_session(client: TestClient, database_url: str) -> Session:  # type: ignore[type-arg]
+    email = f"admin-{uuid.uuid4().hex[:8]}@example.test"
+    await create_user(database_url, email, PASSWORD, True)
+    return await login(client, email)

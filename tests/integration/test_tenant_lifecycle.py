@@ -1,0 +1,216 @@
+"""The whole tenant lifecycle through the gateway, with the real kubectl:
+register -> login -> init -> kubeconfig -> kubectl -> suspend -> resume."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import yaml
+
+from devstack.cluster import LocalCluster
+from tests import kubeclients
+from tests.gatewayclient import Session, admin_session, register_and_login
+
+pytestmark = pytest.mark.cluster
+
+
+def kubectl(cluster: LocalCluster, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cluster.kubectl), f"--kubeconfig={kubeconfig}", "--request-timeout=10s", *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+def save(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+async def wait_until_refused(cluster: LocalCluster, kubeconfig: Path, namespace: str) -> str:
+    """Poll until kubectl is refused; the API server caches token checks ~10 s."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        result = await asyncio.to_thread(kubectl, cluster, kubeconfig, "-n", namespace, "get", "configmaps")
+        if result.returncode != 0:
+            return result.stderr
+        await asyncio.sleep(0.5)
+    raise AssertionError("the old kubeconfig still works 20 s after suspension")
+
+
+async def test_full_lifecycle_with_real_kubectl(cluster: LocalCluster, gateway: Any, database_url: str,
+                                                tmp_path: Path) -> None:
+    alice = await register_and_login(gateway)
+    workspace = await alice.init()
+    assert workspace["namespace"] == f"tenant-{alice.user_id}"
+    assert workspace["status"] == "provisioned"
+    assert workspace["quota"] == {"cpu": "4", "memory": "8Gi"}
+    ns = workspace["namespace"]
+
+    text = await alice.kubeconfig()
+    config = yaml.safe_load(text)
+    assert config["current-context"] == "tenant-context"
+    assert config["contexts"][0]["context"] == {"cluster": "internal-cluster", "namespace": ns, "user": "sa-tenant-admin"}
+    token = config["users"][0]["user"]["token"]
+    claims = kubeclients.claims(token)
+    assert int(claims["exp"]) - int(claims["iat"]) == 7200  # type: ignore[call-overload]
+    first = save(tmp_path, "alice.kubeconfig", text)
+
+    # kubectl works in its namespace (the context pins it) ...
+    made = kubectl(cluster, first, "create", "configmap", "hello", "--from-literal=a=b")
+    assert made.returncode == 0, made.stderr
+    assert kubectl(cluster, first, "get", "configmap", "hello", "-o", "name").stdout.strip() == "configmap/hello"
+    # ... and is refused in another tenant's namespace and on cluster-scoped resources.
+    bob = await register_and_login(gateway)
+    bob_ns = (await bob.init())["namespace"]
+    assert "forbidden" in kubectl(cluster, first, "-n", bob_ns, "get", "configmaps").stderr.lower()
+    assert "forbidden" in kubectl(cluster, first, "get", "nodes").stderr.lower()
+    assert "forbidden" in kubectl(cluster, first, "get", "namespaces").stderr.lower()
+    assert "forbidden" in kubectl(cluster, first, "create", "clusterrolebinding", "x",
+                                  "--clusterrole=cluster-admin", "--user=x").stderr.lower()
+
+    # The tenant makes its own RoleBinding: suspension must not leave it as a back door.
+    backdoor = kubectl(cluster, first, "create", "rolebinding", "backdoor", "--clusterrole=tenant-admin",
+                       f"--serviceaccount={ns}:sa-tenant-admin")
+    assert backdoor.returncode == 0, backdoor.stderr
+
+    root = await admin_session(gateway, database_url)
+    suspended = await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")
+    assert suspended.status == 200
+    assert await suspended.json() == {"id": workspace["id"], "status": "suspended"}
+    refused = await wait_until_refused(cluster, first, ns)
+    assert "unauthorized" in refused.lower() or "forbidden" in refused.lower()
+    bindings = cluster.kubectl_run("-n", ns, "get", "rolebindings", "-o", "name").stdout.split()
+    assert bindings == []
+    again = await alice.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
+    assert again.status == 403
+    assert (await again.json())["error"]["code"] == "workspace_suspended"
+
+    resumed = await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/resume")
+    assert await resumed.json() == {"id": workspace["id"], "status": "provisioned"}
+    fresh = save(tmp_path, "alice-2.kubeconfig", await alice.kubeconfig())
+    listed = kubectl(cluster, fresh, "get", "configmap", "hello", "-o", "name")
+    assert listed.returncode == 0, listed.stderr
+    stale = kubectl(cluster, first, "get", "configmaps")
+    assert stale.returncode != 0 and "unauthorized" in stale.stderr.lower()
+
+    # Every issuance and every suspension step is in the audit log, newest first.
+    audit = await (await root.call("GET", f"/api/v1/audit?workspace_id={workspace['id']}")).json()
+    actions = [row["action"] for row in audit]
+    assert actions.count("IssueKubeconfig") == 2
+    assert actions.count("SuspendWorkspace") == 3 and actions.count("ResumeWorkspace") == 1
+    assert actions[0] == "IssueKubeconfig" and actions[-1] == "InitWorkspace"
+    issued = [row for row in audit if row["action"] == "IssueKubeconfig"]
+    assert issued[-1]["details"]["credential_id"] == claims.get("jti")
+    assert all(row["ip_address"] == "127.0.0.1" for row in issued)
+    assert all(row["user_id"] == alice.user_id for row in issued)
+
+    await assert_no_token_in_database(database_url, [token, yaml.safe_load(fresh.read_text())["users"][0]["user"]["token"]])
+
+
+async def assert_no_token_in_database(database_url: str, tokens: list[str]) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        tables = [r["tablename"] for r in await connection.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+        for table in tables:
+            for row in await connection.fetch(f"SELECT row_to_json(t)::text AS j FROM {table} t"):
+                for token in tokens:
+                    assert token not in row["j"], f"a token was stored in {table}"
+                    assert token.split(".")[2] not in row["j"]
+    finally:
+        await connection.close()
+
+
+async def test_init_is_idempotent_and_concurrent_inits_make_one_workspace(cluster: LocalCluster, gateway: Any) -> None:
+    carol = await register_and_login(gateway)
+    answers = await asyncio.gather(*(carol.call("POST", "/api/v1/workspaces/init", json={}) for _ in range(6)))
+    statuses = sorted(a.status for a in answers)
+    bodies = [await a.json() for a in answers]
+    assert statuses.count(201) == 1 and statuses.count(200) == 5, statuses
+    assert len({b["id"] for b in bodies}) == 1
+    again = await carol.init()
+    assert again["id"] == bodies[0]["id"]
+    listed = await (await carol.call("GET", "/api/v1/workspaces")).json()
+    assert [w["id"] for w in listed] == [bodies[0]["id"]]
+    labelled = cluster.kubectl_run("get", "namespaces", "-l", f"tenant-gateway.io/workspace-id={bodies[0]['id']}",
+                                   "-o", "name").stdout.split()
+    assert labelled == [f"namespace/tenant-{carol.user_id}"]
+    for kind in ("serviceaccount/sa-tenant-admin", "rolebinding/tenant-admin", "resourcequota/tenant-quota",
+                 "limitrange/tenant-defaults"):
+        shown = cluster.kubectl_run("-n", f"tenant-{carol.user_id}", "get", kind, "-o",
+                                    "jsonpath={.metadata.labels.tenant-gateway\\.io/workspace-id}")
+        assert shown.stdout == bodies[0]["id"], kind
+
+
+class FaultAfterCreates:
+    """A FAKE FAULT around the real client: the connection to the API server
+    is lost after `allowed` successful creates. A real API server cannot be
+    made to die between two particular requests on cue."""
+
+    def __init__(self, real: Any, allowed: int) -> None:
+        self._real, self._allowed = real, allowed
+        self.endpoint, self.ca_base64 = real.endpoint, real.ca_base64
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        from provisioning.errors import ClusterUnavailable
+
+        if self._allowed <= 0:
+            raise ClusterUnavailable()
+        self._allowed -= 1
+        return dict(await self._real.create(path, body))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+async def test_onboarding_interrupted_after_two_objects_completes_on_retry(
+        cluster: LocalCluster, make_gateway: Any) -> None:
+    from provisioning.kube.client import KubeClient
+
+    real = await KubeClient.from_kubeconfig(cluster.gateway_kubeconfig)
+    try:
+        broken = await make_gateway(kube=FaultAfterCreates(real, allowed=2))
+        dave = await register_and_login(broken)
+        failed = await dave.call("POST", "/api/v1/workspaces/init", json={})
+        assert failed.status == 503
+        assert (await failed.json())["error"]["code"] == "cluster_unavailable"
+        ns = f"tenant-{dave.user_id}"
+        assert cluster.kubectl_run("get", "namespace", ns, check=False).returncode == 0
+        assert cluster.kubectl_run("-n", ns, "get", "serviceaccount", "sa-tenant-admin", check=False).returncode != 0
+        # Half-made is not usable: no kubeconfig for it.
+        not_ready = await dave.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
+        assert not_ready.status == 409
+        listed = await (await dave.call("GET", "/api/v1/workspaces")).json()
+        assert listed[0]["status"] == "provisioning"
+
+        healthy = await make_gateway()
+        dave_again = Session(healthy, dave.user_id, dave.email, dave.token, dave.csrf)
+        done = await dave_again.call("POST", "/api/v1/workspaces/init", json={})
+        assert done.status == 201
+        assert (await done.json())["status"] == "provisioned"
+        for kind in ("serviceaccount/sa-tenant-admin", "rolebinding/tenant-admin"):
+            assert cluster.kubectl_run("-n", ns, "get", kind, check=False).returncode == 0
+        assert await dave_again.kubeconfig()
+    finally:
+        await real.close()
+
+
+async def test_unreachable_api_server_is_503_and_leaves_nothing_usable(
+        cluster: LocalCluster, make_gateway: Any, tmp_path: Path) -> None:
+    dead = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+    dead["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"  # discard port: nothing listens
+    dead_path = save(tmp_path, "dead.kubeconfig", yaml.safe_dump(dead))
+    client = await make_gateway(GATEWAY_KUBECONFIG=str(dead_path))
+    erin = await register_and_login(client)
+    answer = await erin.call("POST", "/api/v1/workspaces/init", json={})
+    assert answer.status == 503
+    assert (await answer.json())["error"]["code"] == "cluster_unavailable"
+    assert cluster.kubectl_run("get", "namespace", f"tenant-{erin.user_id}", check=False).returncode != 0
+    ready = await client.get("/readyz")
+    assert ready.status == 503
+    assert (await ready.json())["checks"]["kubernetes"] == "unavailable"
