@@ -29,7 +29,8 @@ def check_policy(password: object, email: str) -> str:
         raise BadRequest(f"password must be at least {MIN_LENGTH} characters", code="weak_password")
     if len(password) > MAX_LENGTH:
         raise BadRequest(f"password must be at most {MAX_LENGTH} characters", code="invalid_password")
-    if len(set(password)) < 4 or password.lower() in email.lower():
+    local_part = email.split("@", 1)[0].lower()
+    if len(set(password)) < 4 or (len(local_part) >= 4 and local_part in password.lower()):
         raise BadRequest("password is too easy to guess", code="weak_password")
     return password
 

@@ -1,0 +1,74 @@
+"""The console script, run as an operator would run it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devstack.cluster import LocalCluster
+from tests.gatewayclient import PASSWORD, login
+
+pytestmark = pytest.mark.cluster
+SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))
+
+
+def run(env: dict[str, str], *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SCRIPT, *args], input=stdin, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_check_passes_with_the_shipped_least_privilege_role(gateway_env: dict[str, str]) -> None:
+    result = run(gateway_env, "check")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("ok:")
+
+
+def test_check_refuses_cluster_admin_and_names_the_excess(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(cluster.admin_kubeconfig)}, "check")
+    assert result.returncode == 1
+    assert "excessive: * *.*" in result.stdout
+    assert "excessive: get secrets in namespace kube-system" in result.stdout
+    assert "excessive: impersonate users" in result.stdout
+
+
+def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    result = run({**gateway_env, "GATEWAY_TENANT_CLUSTERROLE": "some-other-role"}, "check")
+    assert result.returncode == 1
+    assert "missing: bind clusterroles.rbac.authorization.k8s.io named some-other-role" in result.stdout
+
+
+def test_serve_refuses_to_start_with_excess_permissions(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(cluster.admin_kubeconfig), "GATEWAY_LISTEN": "127.0.0.1:0"},
+                 "serve")
+    assert result.returncode == 1
+    assert "refusing to start" in result.stderr
+
+
+def test_settings_errors_stop_start_up_with_a_message(gateway_env: dict[str, str]) -> None:
+    for key, value, words in [
+        ("GATEWAY_CORS_ORIGINS", "*", "'*' is refused"),
+        ("GATEWAY_TOKEN_TTL_SECONDS", "7201", "may not exceed 7200"),
+    ]:
+        result = run({**gateway_env, key: value}, "check")
+        assert result.returncode == 2 and words in result.stderr
+
+
+async def test_user_create_bootstraps_an_admin(gateway_env: dict[str, str], gateway: object) -> None:
+    result = run(gateway_env, "user", "create", "--email", "root@example.test", "--admin", "--password-stdin",
+                 stdin=PASSWORD + "\n")
+    assert result.returncode == 0, result.stderr
+    session = await login(gateway, "root@example.test")  # type: ignore[arg-type]
+    me = await (await session.call("GET", "/api/v1/me")).json()
+    assert me["is_admin"] is True and me["id"] == result.stdout.strip()
+    weak = run(gateway_env, "user", "create", "--email", "w@example.test", "--password-stdin", stdin="short\n")
+    assert weak.returncode == 1 and "at least" in weak.stderr
+    assert PASSWORD not in result.stdout + result.stderr
+
+
+def test_migrate_is_idempotent(gateway_env: dict[str, str]) -> None:
+    result = run(gateway_env, "migrate")
+    assert result.returncode == 0 and "up to date" in result.stdout
