@@ -24,6 +24,7 @@ from proxy import keys, logs
 from proxy.auth.authenticating import Authenticator
 from proxy.errors import error_middleware, error_response
 from proxy.metrics import Metrics
+from proxy.passthrough.wiring import setup_passthrough
 from proxy.routes import accounts, health, workspaces
 from proxy.settings import Settings
 
@@ -134,6 +135,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app.cleanup_ctx.extend([database, kubernetes])
     for table in (health.routes, accounts.routes, workspaces.routes):
         app.router.add_routes(table)
+    setup_passthrough(app)
     return app
 
 

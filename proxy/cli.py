@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import ssl
 import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
@@ -152,9 +153,13 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     dsn = database_dsn(settings)
     app = create_app(settings, database_dsn=dsn, apply_migrations=not args.no_migrate)
     _run_loop()
-    log.info("serving", extra={"listen": f"{settings.listen_host}:{settings.listen_port}"})
-    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None,
-                shutdown_timeout=10, handle_signals=True, **handler_args())
+    tls = None
+    if settings.tls_cert_file and settings.tls_key_file:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    log.info("serving", extra={"listen": f"{settings.listen_host}:{settings.listen_port}", "tls": tls is not None})
+    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, ssl_context=tls,
+                shutdown_timeout=10, handle_signals=True, handler_cancellation=True, **handler_args())
     return 0
 
 

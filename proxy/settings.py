@@ -58,6 +58,10 @@ class Settings:
     data_dir: Path = Path(".gateway")
     kubeconfig: Path | None = None
     """None: in-cluster config when running in a pod, else ~/.kube/config."""
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    """Serve HTTPS directly; unset behind a TLS-terminating ingress. Session
+    cookies are Secure, so browsers need HTTPS either way."""
     public_server: str | None = None
     public_ca_file: Path | None = None
     session_secret: Secret | None = None
@@ -100,6 +104,7 @@ _KEYS = (
     "GATEWAY_CORS_ORIGINS", "GATEWAY_TIERS_FILE", "GATEWAY_TENANT_CLUSTERROLE",
     "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
     "GATEWAY_REGISTRATION", "GATEWAY_RATE_INIT", "GATEWAY_RATE_LOGIN", "GATEWAY_RATE_REGISTER",
+    "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE",
 )
 
 
@@ -167,9 +172,12 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
             raise SettingsError("GATEWAY_DATABASE_URL must be a postgresql:// URL")
         kwargs["database_url"] = Secret(url)
     for key, name in (("GATEWAY_DATA_DIR", "data_dir"), ("GATEWAY_KUBECONFIG", "kubeconfig"),
-                      ("GATEWAY_PUBLIC_CA_FILE", "public_ca_file")):
+                      ("GATEWAY_PUBLIC_CA_FILE", "public_ca_file"), ("GATEWAY_TLS_CERT_FILE", "tls_cert_file"),
+                      ("GATEWAY_TLS_KEY_FILE", "tls_key_file")):
         if key in values:
             kwargs[name] = Path(values[key]).expanduser()
+    if ("tls_cert_file" in kwargs) != ("tls_key_file" in kwargs):
+        raise SettingsError("GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE go together")
     if "GATEWAY_PUBLIC_SERVER" in values:
         server = values["GATEWAY_PUBLIC_SERVER"].rstrip("/")
         if urlsplit(server).scheme != "https":

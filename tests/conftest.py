@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 import uuid
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
@@ -17,6 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import asyncpg
 import pytest
 
+from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import start_embedded_postgres
@@ -97,18 +99,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(scope="session")
+def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, Path]:
+    """A serving certificate for the test gateway: clients such as kubectl
+    send bearer tokens only over TLS, as browsers send Secure cookies."""
+    folder = tmp_path_factory.mktemp("gateway-tls")
+    ca, ca_key = pki.make_ca("tenant-gateway-test-ca")
+    ca.write(folder, "ca")
+    cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1", "localhost")).write(folder, "gateway")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return context, folder / "ca.crt"
+
+
 @pytest.fixture
-def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str]) -> Callable[..., Awaitable[Any]]:
-    """Build a gateway test client; keyword arguments override environment keys
-    (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app."""
+def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
+                 gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
+    """Build a gateway test client, served over TLS; keyword arguments override
+    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app."""
+    import aiohttp
+    from aiohttp.test_utils import TestServer
+
     from proxy.app import create_app
     from proxy.settings import load_settings
+
+    server_context, ca_file = gateway_tls
 
     async def make(*, kube: Any = None, **env: str) -> Any:
         merged = {**gateway_env, **env}
         settings = load_settings(merged)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
-        return await aiohttp_client(app)
+        server = TestServer(app, scheme="https")
+        await server.start_server(ssl=server_context)
+        client = await aiohttp_client(server, connector=aiohttp.TCPConnector(
+            ssl=ssl.create_default_context(cafile=str(ca_file))))
+        client.ca_file = ca_file
+        return client
 
     return make
 

@@ -133,7 +133,8 @@ async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid
         workspace_id, status, service_account_uid, only_from,
     )
     if row is not None:
-        await notify(connection, {"kind": "workspace_changed", "id": str(workspace_id), "status": status})
+        await notify(connection, {"kind": "workspace_changed", "id": str(workspace_id), "status": status,
+                                  "namespace": row["k8s_namespace"]})
     return _workspace(row) if row else None
 
 

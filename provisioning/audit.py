@@ -1,0 +1,68 @@
+"""Batched audit writes for proxied traffic.
+
+Proxied writes are recorded with the human behind them (the cluster's own
+audit log only sees the tenant ServiceAccount). Waiting for a row per write
+would put a database round trip on every proxied request, so rows are queued
+and written in batches, a few times a second, and flushed on shutdown.
+Credential issuance and exec sessions do not come this way: they are
+recorded synchronously, before the credential or the session exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.errors import DatabaseUnavailable
+from provisioning.models import AuditEvent
+
+log = logging.getLogger(__name__)
+
+
+class AuditWriter:
+    def __init__(self, db: Database, *, interval: float = 0.25, max_queue: int = 100_000) -> None:
+        self._db = db
+        self._interval = interval
+        self._queue: asyncio.Queue[AuditEvent] = asyncio.Queue(maxsize=max_queue)
+        self._task: asyncio.Task[None] | None = None
+
+    def enqueue(self, event: AuditEvent) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            log.error("audit queue full; dropping a proxied-write audit row", extra={"action": event.action})
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="tenant-gateway-audit")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self.flush()
+
+    async def flush(self) -> None:
+        batch: list[AuditEvent] = []
+        while not self._queue.empty() and len(batch) < 1000:
+            batch.append(self._queue.get_nowait())
+        if not batch:
+            return
+        try:
+            await repo.record_audit_batch(self._db, batch)
+        except DatabaseUnavailable:
+            for event in batch:  # keep them for the next round
+                self.enqueue(event)
+            raise
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.flush()
+            except DatabaseUnavailable:
+                log.warning("audit flush failed; will retry", extra={"queued": self._queue.qsize()})

@@ -1,0 +1,102 @@
+"""Relay one HTTP request to the API server and stream the answer back.
+
+Bodies are never buffered whole: the request body is handed to the client
+library as a stream, and the response is written chunk by chunk as it
+arrives, so a watch event reaches the browser when the API server flushes it.
+A 401 from upstream means the cached token went bad (a replaced
+ServiceAccount, an early expiry): the token is dropped and a body-less
+request is retried once with a fresh one. Requests with bodies are not
+replayed: their body has already been streamed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from provisioning.errors import ClusterUnavailable, UpstreamError
+from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
+from proxy.passthrough.ticket import Ticket
+
+_CHUNK = 64 * 1024
+
+
+async def _send(ticket: Ticket, request: web.Request, token: str) -> aiohttp.ClientResponse:
+    passthrough = ticket.passthrough
+    session = passthrough.upstream.long if ticket.decision.long_running else passthrough.upstream.short
+    has_body = request.body_exists and request.method not in ("GET", "HEAD")
+    try:
+        return await session.request(
+            request.method,
+            passthrough.upstream.url(ticket.decision.upstream_path, request.query_string),
+            headers=upstream_request_headers(request.headers, token),
+            data=request.content.iter_chunked(_CHUNK) if has_body else None,
+            allow_redirects=False,
+        )
+    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
+        raise ClusterUnavailable() from error
+    except aiohttp.ClientError as error:
+        raise UpstreamError() from error
+
+
+async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+    upstream = await _send(ticket, request, await ticket.token())
+    if upstream.status == 401 and not request.body_exists:
+        upstream.release()
+        ticket.drop_token()
+        upstream = await _send(ticket, request, await ticket.token())
+    if upstream.status == 401:
+        ticket.drop_token()
+    async with upstream:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=downstream_response_headers(upstream.headers))
+        if ticket.decision.long_running:
+            with ticket.passthrough.streams.track(ticket.workspace.id):
+                await _stream(request, response, upstream)
+        else:
+            await _stream(request, response, upstream)
+    ticket.audit_write(upstream.status)
+    return response
+
+
+async def _stream(request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse) -> None:
+    await response.prepare(request)
+    try:
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+        # The API server closed mid-stream (restart, watch timeout): end ours too.
+        pass
+    await response.write_eof()
+
+
+def own_namespace_list(namespace_object: dict[str, Any]) -> dict[str, Any]:
+    """`GET /api/v1/namespaces` for a tenant: a list holding only its own."""
+    return {
+        "kind": "NamespaceList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": namespace_object.get("metadata", {}).get("resourceVersion", "")},
+        "items": [namespace_object],
+    }
+
+
+async def relay_namespace_list(request: web.Request, ticket: Ticket) -> web.Response:
+    path = f"/api/v1/namespaces/{ticket.workspace.namespace}"
+    session = ticket.passthrough.upstream.short
+    headers = upstream_request_headers(request.headers, await ticket.token())
+    headers["Accept"] = "application/json"
+    headers.pop("Accept-Encoding", None)
+    try:
+        async with session.get(ticket.passthrough.upstream.url(path, ""), headers=headers,
+                               allow_redirects=False) as upstream:
+            body = await upstream.read()
+            if upstream.status != 200:
+                return web.Response(status=upstream.status, body=body,
+                                    headers=downstream_response_headers(upstream.headers))
+    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
+        raise ClusterUnavailable() from error
+    return web.json_response(own_namespace_list(json.loads(body)))

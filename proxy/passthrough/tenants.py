@@ -1,0 +1,48 @@
+"""Workspace lookups for the proxy, cached so a warm request costs no
+database round trip.
+
+Entries are trusted only while the cross-replica event listener is connected;
+every status change publishes `workspace_changed`, which evicts the entry
+here, drops the workspace's cached tokens and cuts its open streams, on
+every replica. The TTL is a backstop, not the mechanism.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable
+
+from cachetools import TTLCache
+
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.events import EventListener
+from provisioning.models import Workspace
+
+
+class WorkspaceDirectory:
+    def __init__(self, db: Database, events: EventListener, *, on_change: Callable[[uuid.UUID, str], None],
+                 cache_seconds: float = 300, clock: Callable[[], float] = time.monotonic) -> None:
+        self._db = db
+        self._events = events
+        self._on_change = on_change
+        self._cache: TTLCache[uuid.UUID, Workspace] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
+        events.subscribe(self._on_event, on_reset=self._cache.clear)
+
+    def _on_event(self, message: dict[str, Any]) -> None:
+        if message.get("kind") != "workspace_changed":
+            return
+        workspace_id = uuid.UUID(message["id"])
+        self._cache.pop(workspace_id, None)
+        self._on_change(workspace_id, str(message.get("namespace", "")))
+
+    async def get(self, workspace_id: uuid.UUID) -> Workspace | None:
+        if self._events.connected:
+            cached = self._cache.get(workspace_id)
+            if cached is not None:
+                return cached
+        workspace = await repo.get_workspace(self._db, workspace_id)
+        if workspace is not None and self._events.connected:
+            self._cache[workspace_id] = workspace
+        return workspace

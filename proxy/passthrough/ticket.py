@@ -1,0 +1,69 @@
+"""A proxied request that passed the gate: who, which workspace, what path.
+
+Everything a relay needs travels in the Ticket, so relays never look at the
+session, the database or the settings themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from provisioning.audit import AuditWriter
+from provisioning.models import AuditEvent, Workspace
+from proxy.auth.authenticating import Principal
+from proxy.metrics import Metrics
+from proxy.passthrough.routing import Decision
+from proxy.passthrough.streams import StreamRegistry
+from proxy.passthrough.tenants import WorkspaceDirectory
+from proxy.passthrough.upstream import Upstream
+from proxy.token_cache import TenantTokenCache, TokenKey
+
+
+@dataclass
+class Passthrough:
+    """The proxy's long-lived parts, built once per application."""
+
+    upstream: Upstream
+    tokens: TenantTokenCache
+    streams: StreamRegistry
+    directory: WorkspaceDirectory
+    audit: AuditWriter
+    metrics: Metrics
+
+
+@dataclass
+class Ticket:
+    passthrough: Passthrough
+    principal: Principal
+    workspace: Workspace
+    decision: Decision
+    method: str
+    path: str
+    client_ip: str | None
+    key: TokenKey = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = TokenKey(
+            cluster=self.passthrough.upstream.server,
+            namespace=self.workspace.namespace,
+            service_account=self.workspace.service_account,
+            service_account_uid=self.workspace.service_account_uid or "",
+            audience="",
+        )
+
+    async def token(self) -> str:
+        return await self.passthrough.tokens.get(self.key)
+
+    def drop_token(self) -> None:
+        self.passthrough.tokens.invalidate(self.key)
+
+    def audit_write(self, status: int) -> None:
+        """Writes are recorded with the human identity; reads only counted."""
+        if not self.decision.is_write:
+            self.passthrough.metrics.proxy_reads.inc()
+            return
+        self.passthrough.audit.enqueue(self.event("ProxyWrite", status=status))
+
+    def event(self, action: str, **details: object) -> AuditEvent:
+        return AuditEvent(action, self.principal.user.id, self.workspace.id, self.client_ip,
+                          {"method": self.method, "path": self.path, **details})

@@ -1,0 +1,53 @@
+"""The pass-through HTTP client to the API server: the only creator of
+ClientSessions that carry tenant tokens.
+
+Deliberately separate from provisioning.kube.client, which holds the
+gateway's own credential: this client has the cluster's CA and nothing else,
+so no code path can attach the gateway's identity to a tenant's request.
+
+Two sessions over one pooled connector (no connection limit: thousands of
+watches are normal):
+- short: ordinary requests, a finite total timeout;
+- long: watch, follow, exec; no total or read timeout (aiohttp's default
+  300 s total would cut every watch), only a connect timeout.
+Neither invents headers the client did not send (a made-up Content-Type
+turns a body the API server would accept into a 415). Both never decompress (`auto_decompress=False`: bodies are relayed byte for
+byte, gzip included) and never follow redirects (callers pass
+`allow_redirects=False`; a redirect from upstream is relayed, not chased).
+"""
+
+from __future__ import annotations
+
+import ssl
+
+import aiohttp
+
+_CONNECT = 5.0
+SHORT_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=_CONNECT)
+LONG_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=_CONNECT)
+
+
+def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if ca_pem:
+        context.load_verify_locations(cadata=ca_pem.decode())
+    return context
+
+
+class Upstream:
+    def __init__(self, server: str, ca_pem: bytes | None) -> None:
+        self.server = server.rstrip("/")
+        self._connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context(ca_pem), keepalive_timeout=60,
+                                               enable_cleanup_closed=True)
+        common = {"connector": self._connector, "connector_owner": False, "auto_decompress": False,
+                  "cookie_jar": aiohttp.DummyCookieJar(), "skip_auto_headers": ("User-Agent", "Accept-Encoding", "Content-Type")}
+        self.short = aiohttp.ClientSession(timeout=SHORT_TIMEOUT, **common)  # type: ignore[arg-type]
+        self.long = aiohttp.ClientSession(timeout=LONG_TIMEOUT, **common)  # type: ignore[arg-type]
+
+    def url(self, path: str, query_string: str) -> str:
+        return f"{self.server}{path}" + (f"?{query_string}" if query_string else "")
+
+    async def close(self) -> None:
+        await self.short.close()
+        await self.long.close()
+        await self._connector.close()

@@ -1,0 +1,115 @@
+"""The `/k8s/{workspace_id}/...` route: the gate in front of the relays.
+
+Order of checks, cheapest and most fundamental first: authenticate the
+caller (cookie + CSRF for writes, exact Origin for cookie upgrades, or a
+bearer token); the workspace must be the caller's and usable; the path must
+pass the tenant wall (proxy.passthrough.routing). Only then is a tenant
+token attached and the request relayed. A refused request never reaches the
+API server.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import AsyncIterator
+
+from aiohttp import web
+
+from provisioning.audit import AuditWriter
+from provisioning.errors import BadRequest, Forbidden, NotFound
+from provisioning.kube.tokens import request_token
+from provisioning.models import IssuedToken
+from proxy import keys
+from proxy.passthrough.headers import is_spdy_upgrade
+from proxy.passthrough.relaying import relay_http, relay_namespace_list
+from proxy.passthrough.routing import classify
+from proxy.passthrough.streams import StreamRegistry
+from proxy.passthrough.tenants import WorkspaceDirectory
+from proxy.passthrough.ticket import Passthrough, Ticket
+from proxy.passthrough.upstream import Upstream
+from proxy.passthrough.websockets import relay_websocket
+from proxy.routes.common import client_ip, principal, uuid_from
+from proxy.token_cache import TenantTokenCache, TokenKey
+
+PASSTHROUGH = web.AppKey("passthrough", Passthrough)
+PREFIX = "/k8s/"
+
+
+def _raw_tail(request: web.Request, workspace_segment: str) -> str:
+    """The path after /k8s/{id}, exactly as sent (still percent-encoded)."""
+    raw = request.raw_path.split("?", 1)[0]
+    return raw[len(PREFIX) + len(workspace_segment):]
+
+
+def _check_upgrade_origin(request: web.Request, via_cookie: bool) -> None:
+    """Browsers do not apply CORS to WebSocket handshakes: a cookie-borne
+    upgrade must come from our own origin or a configured one."""
+    if not via_cookie:
+        return
+    origin = request.headers.get("Origin")
+    own = f"{request.scheme}://{request.host}"
+    allowed = request.app[keys.SETTINGS].cors_origins
+    if origin is None or (origin != own and origin not in allowed):
+        raise Forbidden("WebSocket upgrades with a session cookie need an allowed Origin", code="origin_refused")
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    passthrough = request.app[PASSTHROUGH]
+    workspace_segment = request.match_info["workspace_id"]
+    who = await principal(request)
+    workspace_id = uuid_from(workspace_segment, "workspace")
+    workspace = await passthrough.directory.get(workspace_id)
+    if workspace is None or workspace.user_id != who.user.id:
+        raise NotFound("no such workspace")
+    if workspace.status == "suspended":
+        raise Forbidden("this workspace is suspended", code="workspace_suspended")
+    if workspace.status != "provisioned":
+        raise Forbidden("this workspace is still being provisioned", code="workspace_not_ready")
+    decision = classify(request.method, _raw_tail(request, workspace_segment), request.query_string,
+                        workspace.namespace)
+    if decision.action == "deny":
+        raise Forbidden(decision.reason, code="outside_tenant")
+    ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path, client_ip(request))
+    if is_spdy_upgrade(request.headers):
+        raise BadRequest("SPDY upgrades are not supported; use a client that speaks WebSocket "
+                         "(kubectl 1.30+ does for exec, attach and port-forward)", code="spdy_not_supported")
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        _check_upgrade_origin(request, who.via_cookie)
+        return await relay_websocket(request, ticket)
+    if decision.action == "own_namespace_list":
+        return await relay_namespace_list(request, ticket)
+    return await relay_http(request, ticket)
+
+
+def setup_passthrough(app: web.Application) -> None:
+    async def passthrough(app: web.Application) -> AsyncIterator[None]:
+        settings, kube, metrics = app[keys.SETTINGS], app[keys.KUBE], app[keys.METRICS]
+
+        async def fetch(key: TokenKey) -> IssuedToken:
+            return await request_token(kube, key.namespace, key.service_account, settings.proxy_token_ttl_seconds)
+
+        tokens = TenantTokenCache(
+            fetch, refresh_margin_seconds=settings.proxy_token_refresh_margin_seconds,
+            on_hit=metrics.token_cache_hits.inc,
+            on_fetch=lambda result: metrics.token_requests.labels(result=result).inc(),
+        )
+        streams = StreamRegistry(metrics)
+
+        def on_change(workspace_id: uuid.UUID, namespace: str) -> None:
+            # Any change (suspend, resume, new ServiceAccount): forget and cut.
+            streams.cut(workspace_id)
+            tokens.evict_namespace(namespace)
+
+        directory = WorkspaceDirectory(app[keys.DATABASE], app[keys.EVENTS], on_change=on_change)
+        upstream = Upstream(kube.endpoint.server, kube.endpoint.ca_pem)
+        audit = AuditWriter(app[keys.DATABASE])
+        await audit.start()
+        app[PASSTHROUGH] = Passthrough(upstream, tokens, streams, directory, audit, metrics)
+        yield
+        streams.cut_all()
+        await audit.stop()
+        await upstream.close()
+
+    app.cleanup_ctx.append(passthrough)
+    app.router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", handle)
+    app.router.add_route("*", PREFIX + "{workspace_id}", handle)

@@ -1,0 +1,365 @@
+"""The web-session proxy against the real API server: real kubectl, the
+official Python client, raw HTTP and WebSocket clients."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import os
+import re
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import aiohttp
+import pytest
+import yaml
+from kubernetes import client as k8s, watch
+
+from devstack.cluster import LocalCluster
+from tests.conftest import SESSION_SECRET
+from tests.gatewayclient import Session, admin_session, register_and_login
+
+pytestmark = pytest.mark.cluster
+
+
+async def tenant(gateway: Any) -> tuple[Session, dict[str, Any]]:
+    user = await register_and_login(gateway)
+    return user, await user.init()
+
+
+def proxy_url(gateway: Any, workspace: dict[str, Any]) -> str:
+    return str(gateway.make_url(f"/k8s/{workspace['id']}"))
+
+
+def metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def metrics_text(gateway: Any) -> str:
+    return str(await (await gateway.get("/metrics")).text())
+
+
+def kubeconfig_for_proxy(tmp_path: Path, server: str, token: str, namespace: str, ca_file: Path) -> Path:
+    path = tmp_path / f"proxy-{uuid.uuid4().hex[:6]}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "gw", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "me", "user": {"token": token}}],
+        "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "me", "namespace": namespace}}],
+        "current-context": "gw",
+    }))
+    return path
+
+
+def kubectl(cluster: LocalCluster, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cluster.kubectl), f"--kubeconfig={kubeconfig}", "--request-timeout=15s", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+async def test_kubectl_through_the_proxy(cluster: LocalCluster, gateway: Any, tmp_path: Path,
+                                        database_url: str) -> None:
+    user, workspace = await tenant(gateway)
+    ns = workspace["namespace"]
+    config = kubeconfig_for_proxy(tmp_path, proxy_url(gateway, workspace), user.token, ns, gateway.ca_file)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return kubectl(cluster, config, *args)
+
+    created = await asyncio.to_thread(run, "create", "configmap", "via-proxy", "--from-literal=k=v")
+    assert created.returncode == 0, created.stderr
+    got = await asyncio.to_thread(run, "get", "configmap", "via-proxy", "-o", "jsonpath={.data.k}")
+    assert got.stdout == "v", got.stderr
+    listed = await asyncio.to_thread(run, "get", "namespaces", "-o", "name")
+    assert listed.stdout.split() == [f"namespace/{ns}"], listed.stderr
+    assert (await asyncio.to_thread(run, "get", "namespace", ns, "-o", "name")).stdout.strip() == f"namespace/{ns}"
+    for refused in (("get", "nodes"), ("-n", "default", "get", "configmaps"), ("get", "pods", "-A"),
+                    ("create", "namespace", "mine-too"), ("get", "clusterroles")):
+        answer = await asyncio.to_thread(run, *refused)
+        assert answer.returncode != 0 and "forbidden" in answer.stderr.lower(), (refused, answer.stderr)
+    deleted = await asyncio.to_thread(run, "delete", "configmap", "via-proxy")
+    assert deleted.returncode == 0, deleted.stderr
+    discovery = await asyncio.to_thread(run, "api-resources", "--namespaced=true", "-o", "name")
+    assert "configmaps" in discovery.stdout.split()
+    # Writes are audited with the human identity; reads are only counted.
+    await asyncio.sleep(0.6)
+    root = await admin_session(gateway, database_url)
+    rows = await (await root.call("GET", f"/api/v1/audit?workspace_id={workspace['id']}&action=ProxyWrite")).json()
+    assert {(r["details"]["method"], r["user_id"]) for r in rows} == {("POST", user.user_id), ("DELETE", user.user_id)}
+
+
+async def test_official_python_client_and_watch(cluster: LocalCluster, gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    ns = workspace["namespace"]
+    configuration = k8s.Configuration()
+    configuration.host = proxy_url(gateway, workspace)
+    configuration.api_key = {"authorization": f"Bearer {user.token}"}
+    configuration.ssl_ca_cert = str(gateway.ca_file)
+    core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+
+    seen: list[tuple[str, float]] = []
+
+    def watch_configmaps() -> None:
+        stream = watch.Watch()
+        for event in stream.stream(core.list_namespaced_config_map, ns, timeout_seconds=20):
+            name = event["object"].metadata.name
+            if name.startswith("w-"):
+                seen.append((name, time.monotonic()))
+            if len(seen) == 3:
+                stream.stop()
+
+    watcher = asyncio.create_task(asyncio.to_thread(watch_configmaps))
+    await asyncio.sleep(1.0)
+    made_at = {}
+    for i in range(3):
+        name = f"w-{i}"
+        made_at[name] = time.monotonic()
+        await asyncio.to_thread(core.create_namespaced_config_map, ns, {"metadata": {"name": name}})
+        await asyncio.sleep(0.2)
+    await asyncio.wait_for(watcher, 30)
+    assert [n for n, _ in seen] == ["w-0", "w-1", "w-2"]
+    assert all(at - made_at[name] < 1.0 for name, at in seen)
+    names = [c.metadata.name for c in (await asyncio.to_thread(core.list_namespaced_config_map, ns)).items]
+    assert {"w-0", "w-1", "w-2"} <= set(names)
+    await asyncio.to_thread(core.delete_namespaced_config_map, "w-0", ns)
+
+
+async def test_identity_is_the_tenant_service_account_whatever_the_client_sends(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    hostile = {
+        "Impersonate-User": "system:admin", "Impersonate-Group": "system:masters",
+        "Impersonate-Uid": "0", "Impersonate-Extra-Scopes": "all",
+        "X-Remote-User": "system:admin", "X-Remote-Group": "system:masters",
+        "Connection": "X-Remote-Extra-Foo", "X-Remote-Extra-Foo": "bar",
+        "Cookie": "gw_session=stolen",
+    }
+    answer = await user.call("POST", f"/k8s/{workspace['id']}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                             json=review, headers=hostile)
+    assert answer.status == 201, await answer.text()
+    info = (await answer.json())["status"]["userInfo"]
+    assert info["username"] == f"system:serviceaccount:{workspace['namespace']}:sa-tenant-admin"
+    assert "system:masters" not in info["groups"]
+
+
+@pytest.mark.parametrize("method, path", [
+    ("GET", "/api/v1/namespaces/kube-system/secrets"),
+    ("GET", "/api/v1/namespaces/OTHER/configmaps"),
+    ("POST", "/api/v1/namespaces/OTHER/configmaps"),
+    ("GET", "/api/v1/nodes"),
+    ("GET", "/api/v1/pods"),
+    ("DELETE", "/api/v1/namespaces/OWN"),
+    ("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"),
+    ("GET", "/api/v1/namespaces/OWN/../kube-system/secrets"),
+    ("GET", "/api/v1/namespaces/OWN%2F..%2Fkube-system/secrets"),
+    ("GET", "/api/v1/namespaces/OWN/configmaps/%2e%2e/%2e%2e/kube-system"),
+    ("GET", "//api/v1/namespaces/kube-system/secrets"),
+    ("GET", "/api/v1/watch/namespaces/kube-system/secrets"),
+    ("GET", "/logs/"),
+    ("GET", "/debug/pprof/"),
+])
+async def test_tenant_wall_refuses_before_the_api_server(gateway: Any, method: str, path: str) -> None:
+    user, workspace = await tenant(gateway)
+    other = f"tenant-{uuid.uuid4()}"
+    path = path.replace("OWN", workspace["namespace"]).replace("OTHER", other)
+    url = gateway.make_url(f"/k8s/{workspace['id']}").with_path(f"/k8s/{workspace['id']}{path}", encoded=True)
+    answer = await gateway.session.request(method, url, headers=user.bearer, json={} if method == "POST" else None)
+    assert answer.status in (403, 404), await answer.text()
+    assert "error" in await answer.json()
+    # Nothing was sent upstream: no tenant token was ever needed.
+    assert metric(await metrics_text(gateway), "tenant_gateway_token_requests_total") == 0
+
+
+async def test_one_token_request_serves_many_requests_and_a_cold_burst(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
+    burst = await asyncio.gather(*(user.call("GET", path) for _ in range(8)))
+    assert [r.status for r in burst] == [200] * 8
+    for _ in range(20):
+        assert (await user.call("GET", path)).status == 200
+    text = await metrics_text(gateway)
+    assert metric(text, 'tenant_gateway_token_requests_total{result="success"}') == 1
+    assert metric(text, "tenant_gateway_token_cache_hits_total") >= 20
+
+
+async def test_cookie_sessions_need_csrf_for_proxied_writes(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
+    cookies = {"Cookie": f"gw_session={user.token}; gw_csrf={user.csrf}"}
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    assert (await gateway.get(path, headers=cookies)).status == 200
+    assert (await gateway.post(path, json=body, headers=cookies)).status == 403
+    ok = await gateway.post(path, json=body, headers={**cookies, "X-CSRF-Token": user.csrf})
+    assert ok.status == 201, await ok.text()
+
+
+async def test_someone_elses_workspace_is_not_found(gateway: Any) -> None:
+    _, workspace = await tenant(gateway)
+    intruder = await register_and_login(gateway)
+    answer = await intruder.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
+    assert answer.status == 404
+    async with tls_session(gateway) as fresh:  # no cookies from earlier logins
+        anonymous = await fresh.get(gateway.make_url(f"/k8s/{workspace['id']}/version"))
+        assert anonymous.status == 401
+
+
+def tls_session(gateway: Any, **kwargs: Any) -> aiohttp.ClientSession:
+    """A client session of our own that trusts the test gateway's CA."""
+    context = ssl.create_default_context(cafile=str(gateway.ca_file))
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context), **kwargs)
+
+
+async def open_watch(gateway: Any, user: Session, workspace: dict[str, Any], base: str | None = None) -> aiohttp.ClientResponse:
+    path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=true"
+    session = tls_session(gateway, timeout=aiohttp.ClientTimeout(total=None))
+    response = await session.get((base or str(gateway.make_url(""))).rstrip("/") + path, headers=user.bearer)
+    response._test_session = session  # type: ignore[attr-defined]
+    assert response.status == 200
+    return response
+
+
+async def until_closed(response: aiohttp.ClientResponse, limit: float) -> float:
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(limit):
+            async for _ in response.content.iter_any():
+                pass
+    except aiohttp.ClientPayloadError:
+        pass  # the gateway cut the chunked stream: exactly what suspension does
+    finally:
+        response.close()
+        await response._test_session.close()  # type: ignore[attr-defined]
+    return time.monotonic() - start
+
+
+async def test_suspension_cuts_an_open_watch(gateway: Any, database_url: str) -> None:
+    user, workspace = await tenant(gateway)
+    stream = await open_watch(gateway, user, workspace)
+    root = await admin_session(gateway, database_url)
+    closing = asyncio.create_task(until_closed(stream, 10))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    assert (await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")).status == 200
+    await closing
+    assert time.monotonic() - started < 3
+    refused = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
+    assert refused.status == 403 and (await refused.json())["error"]["code"] == "workspace_suspended"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIterator[str]:
+    """Another gateway process on the same database: a second replica."""
+    port = _free_port()
+    env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
+           "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
+           "GATEWAY_TLS_KEY_FILE": str(gateway.ca_file.with_name("gateway.key"))}
+    process = subprocess.Popen([str(Path(sys.executable).with_name("tenant-gateway")), "serve"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"https://127.0.0.1:{port}"
+    try:
+        async with tls_session(gateway) as probe:
+            for _ in range(100):
+                try:
+                    async with probe.get(base + "/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.2)
+            else:
+                raise AssertionError("second gateway did not start")
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        assert process.stderr is not None
+        logged = process.stderr.read().decode()
+        assert SESSION_SECRET not in logged
+
+
+async def test_suspend_on_one_replica_cuts_a_watch_on_another(gateway: Any, second_gateway: str,
+                                                              database_url: str) -> None:
+    user, workspace = await tenant(gateway)
+    stream = await open_watch(gateway, user, workspace, base=second_gateway)
+    root = await admin_session(gateway, database_url)
+    closing = asyncio.create_task(until_closed(stream, 10))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    assert (await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")).status == 200
+    await closing
+    assert time.monotonic() - started < 3
+
+
+async def test_websocket_watch_relays_frames_and_the_subprotocol(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    ns = workspace["namespace"]
+    url = gateway.make_url(f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps").with_query({"watch": "true"})
+    async with gateway.session.ws_connect(url, headers=user.bearer, protocols=("base64.binary.k8s.io",)) as ws:
+        assert ws.protocol == "base64.binary.k8s.io"
+        await user.call("POST", f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps",
+                        json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "over-ws"}})
+        names = []
+        async with asyncio.timeout(10):
+            async for message in ws:
+                text = message.data if isinstance(message.data, str) else message.data.decode()
+                event = json.loads(text if text.startswith("{") else base64.b64decode(text))
+                names.append(event["object"]["metadata"]["name"])
+                if "over-ws" in names:
+                    break
+        assert "over-ws" in names
+
+
+async def test_refused_upgrade_leaves_no_tunnel_and_spdy_is_a_clear_4xx(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    exec_path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/pods/nope/exec?command=sh&stdin=true"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gateway.session.ws_connect(gateway.make_url(exec_path), headers=user.bearer,
+                                         protocols=("v5.channel.k8s.io",))
+    assert refused.value.status == 404
+    spdy = await user.call("POST", exec_path, headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})
+    assert spdy.status == 400 and (await spdy.json())["error"]["code"] == "spdy_not_supported"
+
+
+async def test_cookie_upgrade_needs_an_allowed_origin(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    url = gateway.make_url(f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps").with_query({"watch": "true"})
+    cookies = {"Cookie": f"gw_session={user.token}; gw_csrf={user.csrf}", "Origin": "https://evil.example.test"}
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gateway.session.ws_connect(url, headers=cookies)
+    assert refused.value.status == 403
+
+
+async def test_gzip_is_passed_through_untouched(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    ns = workspace["namespace"]
+    # The API server compresses only responses over 128 KiB.
+    await asyncio.gather(*(
+        user.call("POST", f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps",
+                  json={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"z-{i}"},
+                        "data": {"v": "x" * 4096}})
+        for i in range(40)))
+    async with tls_session(gateway, auto_decompress=False) as plain:
+        raw = await plain.get(gateway.make_url(f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps"),
+                              headers={**user.bearer, "Accept-Encoding": "gzip"})
+        assert raw.headers.get("Content-Encoding") == "gzip"
+        body = await raw.read()
+
+    assert len(json.loads(gzip.decompress(body))["items"]) >= 40
+    assert re.match(rb"\x1f\x8b", body)
