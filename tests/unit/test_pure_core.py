@@ -1,0 +1,177 @@
+"""Settings, tiers, manifests, kubeconfig rendering, sessions, client
+addresses, rate-limit arithmetic, permission diffing. Pure functions."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import jwt
+import pytest
+import yaml
+
+from provisioning import manifests
+from provisioning.errors import Unauthenticated
+from provisioning.kube.tokens import credential_id
+from provisioning.kubeconfig import render_kubeconfig
+from provisioning.permissions import FORBIDDEN, Permission, evaluate, required_permissions
+from provisioning.secrets import Secret
+from provisioning.suspension import seconds_to_wait
+from provisioning.tiers import parse_tiers
+from proxy.addresses import client_address
+from proxy.auth import sessions
+from proxy.ratelimit import retry_after
+from proxy.settings import RateLimit, SettingsError, load_settings
+
+SECRET = Secret("s" * 40)
+DB = {"GATEWAY_DATABASE_URL": "postgresql://u:p@db/gw", "GATEWAY_SESSION_SECRET": "x" * 32}
+
+
+def test_settings_defaults_follow_the_contract() -> None:
+    settings = load_settings({})
+    assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 8080)
+    assert settings.dev_mode and settings.token_ttl_seconds == 7200
+    assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi"}
+    assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"GATEWAY_CORS_ORIGINS": "*"}, "'*' is refused"),
+    ({"GATEWAY_CORS_ORIGINS": "https://*.example.com"}, "'*' is refused"),
+    ({"GATEWAY_CORS_ORIGINS": "https://ui.example.com/path"}, "nothing after"),
+    ({"GATEWAY_TOKEN_TTL_SECONDS": "7201"}, "may not exceed 7200"),
+    ({"GATEWAY_TOKEN_TTL_SECONDS": "60"}, "at least 600"),
+    ({"GATEWAY_TOKEN_TTL_SECONDS": "2h"}, "whole number"),
+    ({"GATEWAY_LISTEN": "nope"}, "host:port"),
+    ({"GATEWAY_DATABASE_URL": "mysql://x"}, "postgresql://"),
+    ({"GATEWAY_DATABASE_URL": "postgresql://x/y"}, "SESSION_SECRET is required"),
+    ({"GATEWAY_SESSION_SECRET": "short"}, "at least 32"),
+    ({"GATEWAY_TRUSTED_PROXIES": "10.0.0.1, proxy.local"}, "not an IP"),
+    ({"GATEWAY_PUBLIC_SERVER": "http://api"}, "https://"),
+    ({"GATEWAY_RATE_INIT": "lots"}, "COUNT/SECONDS"),
+    ({"GATEWAY_TLS_CERT_FILE": "/c"}, "go together"),
+])
+def test_settings_refused(env: dict[str, str], words: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env)
+    assert words in str(refused.value)
+
+
+def test_yaml_config_and_environment_precedence() -> None:
+    config = "GATEWAY_LISTEN: 0.0.0.0:9000\nGATEWAY_CORS_ORIGINS: [https://a.example, https://b.example]\n"
+    settings = load_settings({"GATEWAY_LISTEN": "127.0.0.1:7000"}, config)
+    assert settings.listen_port == 7000
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+    with pytest.raises(SettingsError):
+        load_settings({}, "GATEWAY_NOPE: 1\n")
+
+
+def test_secrets_do_not_print() -> None:
+    settings = load_settings(DB)
+    assert "p@db" not in repr(settings) and "x" * 32 not in repr(settings)
+
+
+def test_tiers_file_forms_and_errors() -> None:
+    tiers = parse_tiers("small: {requests.cpu: '1', limits.memory: 2Gi}\n"
+                        "big: {hard: {requests.cpu: '16', pods: '100'}, defaultLimits: {cpu: '1', memory: 1Gi}}\n")
+    assert tiers["small"].summary() == {"cpu": "1", "memory": "2Gi"}
+    assert tiers["big"].default_limits == {"cpu": "1", "memory": "1Gi"}
+    for bad in ("[]", "x: {cpu: lots}", "Bad_Name: {cpu: '1'}", "t: {hard: {cpu: '1'}, extra: 1}", "t: {}"):
+        with pytest.raises(ValueError):
+            parse_tiers(bad)
+
+
+def test_manifests_carry_the_workspace_label_and_bind_only_in_namespace() -> None:
+    tier = parse_tiers("basic: {requests.cpu: '4'}")["basic"]
+    steps = manifests.onboarding_steps("tenant-u", "wid", tier, "tenant-admin")
+    assert [s.kind for s in steps] == ["Namespace", "ResourceQuota", "LimitRange", "ServiceAccount", "RoleBinding"]
+    assert all(s.body["metadata"]["labels"][manifests.WORKSPACE_LABEL] == "wid" for s in steps)
+    binding = steps[-1].body
+    assert binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == "tenant-u"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sa-tenant-admin", "namespace": "tenant-u"}]
+    assert steps[3].body["automountServiceAccountToken"] is False
+
+
+def test_kubeconfig_has_the_contract_shape_and_cannot_be_injected() -> None:
+    text = render_kubeconfig(server="https://api:6443", ca_base64="Q0E=", namespace="tenant-x",
+                             token="tok\nusers: [evil]")
+    config = yaml.safe_load(text)
+    assert config["current-context"] == "tenant-context" and config["kind"] == "Config"
+    assert config["clusters"] == [{"name": "internal-cluster", "cluster": {"server": "https://api:6443", "certificate-authority-data": "Q0E="}}]
+    assert config["contexts"][0]["context"] == {"cluster": "internal-cluster", "namespace": "tenant-x", "user": "sa-tenant-admin"}
+    assert config["users"] == [{"name": "sa-tenant-admin", "user": {"token": "tok\nusers: [evil]"}}]
+
+
+def test_sessions_pin_the_algorithm_and_require_every_claim() -> None:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    user, session = uuid.uuid4(), uuid.uuid4()
+    token, _ = sessions.mint(SECRET, user, session, now, 3600)
+    assert sessions.verify(SECRET, token).session_id == session
+    claims = {"iss": sessions.ISSUER, "aud": sessions.AUDIENCE, "sub": str(user), "jti": str(session),
+              "iat": int(now.timestamp()), "exp": int(now.timestamp()) + 60}
+    forgeries = [
+        jwt.encode(claims, SECRET.reveal(), algorithm="HS512"),
+        jwt.encode(claims, None, algorithm="none"),
+        jwt.encode(claims, "another secret of sufficient length!!", algorithm="HS256"),
+        jwt.encode({**claims, "aud": "someone-else"}, SECRET.reveal(), algorithm="HS256"),
+        jwt.encode({**claims, "iss": "someone-else"}, SECRET.reveal(), algorithm="HS256"),
+        jwt.encode({k: v for k, v in claims.items() if k != "exp"}, SECRET.reveal(), algorithm="HS256"),
+        jwt.encode({k: v for k, v in claims.items() if k != "jti"}, SECRET.reveal(), algorithm="HS256"),
+        jwt.encode({**claims, "exp": int(now.timestamp()) - 60}, SECRET.reveal(), algorithm="HS256"),
+        "x" * 5000,
+    ]
+    for forged in forgeries:
+        with pytest.raises(Unauthenticated):
+            sessions.verify(SECRET, forged)
+
+
+def test_csrf_is_bound_to_the_session() -> None:
+    session = uuid.uuid4()
+    good = sessions.csrf_token(SECRET, session)
+    assert sessions.csrf_valid(SECRET, session, good, good)
+    assert not sessions.csrf_valid(SECRET, session, good, None)
+    assert not sessions.csrf_valid(SECRET, session, "x", "x")
+    assert not sessions.csrf_valid(SECRET, uuid.uuid4(), good, good)
+
+
+@pytest.mark.parametrize("peer, xff, expected", [
+    ("203.0.113.9", "198.51.100.1", "203.0.113.9"),  # untrusted peer: header ignored
+    ("10.0.0.1", "198.51.100.1", "198.51.100.1"),
+    ("10.0.0.1", "6.6.6.6, 198.51.100.1", "198.51.100.1"),  # left part is client-written
+    ("10.0.0.1", "198.51.100.1, 10.0.0.2", "198.51.100.1"),  # skip trusted hops
+    ("10.0.0.1", "garbage", "10.0.0.1"),
+    ("10.0.0.1", None, "10.0.0.1"),
+])
+def test_client_address(peer: str, xff: str | None, expected: str) -> None:
+    assert client_address(peer, xff, frozenset({"10.0.0.1", "10.0.0.2"})) == expected
+
+
+def test_rate_limit_arithmetic() -> None:
+    limit = RateLimit(3, 60)
+    assert retry_after(3, 10.0, limit) is None
+    assert retry_after(4, 10.2, limit) == 11
+    assert retry_after(9, 0.0, limit) == 1
+
+
+def test_permission_report() -> None:
+    required = required_permissions("tenant-admin")
+    allowed = {p: True for p in required} | {p: False for p in FORBIDDEN}
+    assert evaluate(required, allowed).ok
+    allowed[Permission("create", "serviceaccounts", subresource="token")] = False
+    allowed[Permission("get", "secrets")] = True
+    report = evaluate(required, allowed)
+    assert [str(p) for p in report.missing] == ["create serviceaccounts/token cluster-wide"]
+    assert [str(p) for p in report.excessive] == ["get secrets cluster-wide"]
+
+
+def test_credential_id_is_read_without_trusting_the_token() -> None:
+    token = jwt.encode({"jti": "abc"}, "k" * 32, algorithm="HS256")
+    assert credential_id(token) == "abc"
+    assert credential_id("not-a-jwt") is None
+
+
+def test_resume_waits_out_the_token_cache() -> None:
+    now = datetime.datetime(2026, 1, 1, 0, 0, 10, tzinfo=datetime.timezone.utc)
+    assert seconds_to_wait("2026-01-01T00:00:00Z", now) == 5.0
+    assert seconds_to_wait("2025-12-31T00:00:00Z", now) == 0.0
+    assert seconds_to_wait(None, now) == 15.0
