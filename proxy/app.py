@@ -25,6 +25,7 @@ from proxy.auth.authenticating import Authenticator
 from proxy.errors import error_middleware, error_response
 from proxy.metrics import Metrics
 from proxy.passthrough.wiring import setup_passthrough
+from proxy import openapi
 from proxy.routes import accounts, health, workspaces
 from proxy.settings import Settings
 
@@ -133,7 +134,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
             await client.close()
 
     app.cleanup_ctx.extend([database, kubernetes])
-    for table in (health.routes, accounts.routes, workspaces.routes):
+    for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes):
         app.router.add_routes(table)
     setup_passthrough(app)
     return app

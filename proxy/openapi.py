@@ -1,0 +1,98 @@
+"""The OpenAPI 3.1 document of the gateway's own API, served at
+/api/v1/openapi.json. Kept true by tests/integration/test_operations.py, which
+compares it with the routes the application actually registers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+routes = web.RouteTableDef()
+
+_ERROR = {"$ref": "#/components/responses/Error"}
+_SESSION = [{"bearer": []}, {"cookie": []}]
+
+
+def _op(summary: str, ok: int, *, body: str | None = None, auth: bool = True, errors: tuple[int, ...] = (),
+        ok_type: str = "application/json", params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "responses": {str(ok): {"description": "success", "content": {ok_type: {}}} if ok != 204 else {"description": "success"}},
+    }
+    for status in errors:
+        operation["responses"][str(status)] = _ERROR
+    if auth:
+        operation["security"] = _SESSION
+        operation["responses"].setdefault("401", _ERROR)
+    if body:
+        operation["requestBody"] = {"required": body != "InitRequest",
+                                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}}}
+    if params:
+        operation["parameters"] = params
+    return operation
+
+
+def _path_id(name: str = "id") -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+
+def _query(name: str, schema_type: str = "string") -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": {"type": schema_type}}
+
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "tenant-gateway", "version": "1"},
+    "paths": {
+        "/api/v1/auth/register": {"post": _op("Create an account", 201, body="Credentials", auth=False,
+                                              errors=(400, 403, 409, 429, 503))},
+        "/api/v1/auth/login": {"post": _op("Log in: session token, cookies and CSRF token", 200, body="Credentials",
+                                           auth=False, errors=(400, 401, 429, 503))},
+        "/api/v1/auth/logout": {"post": _op("End the session everywhere", 204, errors=(403, 503))},
+        "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(503,))},
+        "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
+                                                errors=(400, 403, 429, 503))},
+        "/api/v1/workspaces": {"get": _op("List workspaces", 200, errors=(403,), params=[_query("all", "boolean")])},
+        "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(404,), params=[_path_id()])},
+        "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
+            "Issue a 2-hour kubeconfig", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
+            params=[_query("workspace_id")])},
+        "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 503),
+                                                        params=[_path_id()])},
+        "/api/v1/workspaces/{id}/resume": {"post": _op("Resume a workspace (admin)", 200, errors=(403, 404, 503),
+                                                       params=[_path_id()])},
+        "/api/v1/audit": {"get": _op("Audit rows, newest first (admin)", 200, errors=(403,), params=[
+            _query("workspace_id"), _query("user_id"), _query("action"), _query("limit", "integer")])},
+        "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},
+        "/healthz": {"get": _op("Liveness", 200, auth=False)},
+        "/readyz": {"get": _op("Readiness: database and API server reachable", 200, auth=False, errors=(503,))},
+        "/metrics": {"get": _op("Prometheus metrics", 200, auth=False, ok_type="text/plain")},
+        "/k8s/{workspace_id}/{path}": {method: _op(
+            "The Kubernetes API of the workspace, walled to its namespace", 200, errors=(403, 404, 502, 503),
+            params=[_path_id("workspace_id"), {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}])
+            for method in ("get", "head", "post", "put", "patch", "delete")},
+    },
+    "components": {
+        "securitySchemes": {
+            "bearer": {"type": "http", "scheme": "bearer", "description": "the token from login"},
+            "cookie": {"type": "apiKey", "in": "cookie", "name": "gw_session",
+                       "description": "writes also need X-CSRF-Token equal to the gw_csrf cookie"},
+        },
+        "schemas": {
+            "Credentials": {"type": "object", "required": ["email", "password"], "properties": {
+                "email": {"type": "string", "format": "email"}, "password": {"type": "string", "minLength": 10}}},
+            "InitRequest": {"type": "object", "properties": {"tier": {"type": "string", "default": "basic"}}},
+            "Error": {"type": "object", "required": ["error"], "properties": {"error": {
+                "type": "object", "required": ["code", "message"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+        },
+        "responses": {"Error": {"description": "error", "content": {"application/json": {
+            "schema": {"$ref": "#/components/schemas/Error"}}}}},
+    },
+}
+
+
+@routes.get("/api/v1/openapi.json")
+async def openapi(_request: web.Request) -> web.Response:
+    return web.json_response(DOCUMENT)
