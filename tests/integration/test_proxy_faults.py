@@ -1,0 +1,98 @@
+"""Proxy behaviour under upstream faults a real API server cannot be made to
+produce on cue (a redirect, a mid-stream close), and client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from devstack.cluster import LocalCluster
+from provisioning.kube.client import ClusterEndpoint, KubeClient
+from tests.gatewayclient import register_and_login
+
+pytestmark = pytest.mark.cluster
+
+
+class FakeUpstream:
+    """A FAKE API server for faults only: it redirects, or answers a watch
+    with one event and then drops the connection."""
+
+    def __init__(self) -> None:
+        self.hits: list[str] = []
+        self.app = web.Application()
+        self.app.router.add_route("*", "/{tail:.*}", self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.hits.append(request.path)
+        if request.path.endswith("/redirect-me"):
+            raise web.HTTPFound("/api/v1/namespaces/kube-system/secrets")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"type":"ADDED","object":{}}\n')
+        request.transport.close()  # type: ignore[union-attr]
+        return response
+
+
+@pytest.fixture
+async def fake_upstream(aiohttp_server: Any) -> AsyncIterator[tuple[FakeUpstream, str]]:
+    fake = FakeUpstream()
+    server = await aiohttp_server(fake.app)
+    yield fake, str(server.make_url("")).rstrip("/")
+
+
+class RealTokensFakeUpstream:
+    """The real client for TokenRequests; the fake server as proxy upstream."""
+
+    def __init__(self, real: KubeClient, upstream: str) -> None:
+        self._real = real
+        self.endpoint = ClusterEndpoint(upstream, None)
+        self.ca_base64 = real.ca_base64
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+async def test_upstream_redirects_are_relayed_never_followed(
+        cluster: LocalCluster, make_gateway: Any, fake_upstream: tuple[FakeUpstream, str]) -> None:
+    fake, url = fake_upstream
+    real = await KubeClient.from_kubeconfig(cluster.gateway_kubeconfig)
+    try:
+        setup = await make_gateway()
+        user = await register_and_login(setup)
+        workspace = await user.init()
+        gateway = await make_gateway(kube=RealTokensFakeUpstream(real, url))
+        user.client = gateway
+        answer = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps/redirect-me",
+                                 allow_redirects=False)
+        assert answer.status == 302
+        assert fake.hits == [f"/api/v1/namespaces/{workspace['namespace']}/configmaps/redirect-me"]
+
+        # A watch the upstream drops mid-stream ends for the client too, and the
+        # open-stream gauge returns to zero.
+        watch = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=1")
+        body = await watch.read()
+        assert body.startswith(b'{"type":"ADDED"')
+        await asyncio.sleep(0.1)
+        assert 'tenant_gateway_proxy_open_streams 0.0' in await (await gateway.get("/metrics")).text()
+    finally:
+        await real.close()
+
+
+async def test_client_disconnect_closes_the_upstream_watch(cluster: LocalCluster, gateway: Any) -> None:
+    user = await register_and_login(gateway)
+    workspace = await user.init()
+    path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=1"
+    watch = await user.call("GET", path)
+    assert watch.status == 200
+    await asyncio.sleep(0.3)
+    metrics = await (await gateway.get("/metrics")).text()
+    assert "tenant_gateway_proxy_open_streams 1.0" in metrics
+    watch.close()  # the client goes away mid-watch
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if "tenant_gateway_proxy_open_streams 0.0" in await (await gateway.get("/metrics")).text():
+            return
+    raise AssertionError("the relay kept the upstream watch open after the client left")
