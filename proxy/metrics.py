@@ -27,6 +27,8 @@ class Metrics:
         self.suspensions = Counter("tenant_gateway_suspensions", "Workspaces suspended", registry=r)
         self.rate_limited = Counter("tenant_gateway_rate_limited", "Requests refused by a rate limit, by limit",
                                     ["limit"], registry=r)
+        self.loop_tasks = Gauge("tenant_gateway_event_loop_tasks",
+                                "asyncio tasks alive at scrape time (leak detector for soaks)", registry=r)
         self.proxy_reads = Counter("tenant_gateway_proxy_reads", "Proxied read requests (not audited row by row)",
                                    registry=r)
 

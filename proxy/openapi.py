@@ -11,7 +11,7 @@ from aiohttp import web
 routes = web.RouteTableDef()
 
 _ERROR = {"$ref": "#/components/responses/Error"}
-_SESSION = [{"bearer": []}, {"cookie": []}]
+_SESSION: list[dict[str, list[str]]] = [{"bearer": []}, {"cookie": []}]
 
 
 def _op(summary: str, ok: int, *, body: str | None = None, auth: bool = True, errors: tuple[int, ...] = (),

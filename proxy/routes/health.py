@@ -31,5 +31,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 @routes.get("/metrics")
 async def metrics(request: web.Request) -> web.Response:
-    body = request.app[keys.METRICS].exposition()
+    metrics = request.app[keys.METRICS]
+    metrics.loop_tasks.set(len(asyncio.all_tasks()))
+    body = metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
