@@ -1,11 +1,12 @@
 """Batched audit writes for proxied traffic.
 
-Proxied writes are recorded with the human behind them (the cluster's own
-audit log only sees the tenant ServiceAccount). Waiting for a row per write
-would put a database round trip on every proxied request, so rows are queued
-and written in batches, a few times a second, and flushed on shutdown.
-Credential issuance and exec sessions do not come this way: they are
-recorded synchronously, before the credential or the session exists.
+Proxied writes and exec/attach/port-forward sessions are recorded with the
+human behind them (the cluster's own audit log only sees the tenant
+ServiceAccount). Waiting for a row per request would put a database round
+trip on the proxy's hot path, so rows are queued and written in batches a few
+times a second, retried while the database is away, and flushed on shutdown.
+Credential issuance does not come this way: its row is committed before the
+kubeconfig is returned.
 """
 
 from __future__ import annotations

@@ -62,6 +62,10 @@ DOCUMENT: dict[str, Any] = {
                                                         params=[_path_id()])},
         "/api/v1/workspaces/{id}/resume": {"post": _op("Resume a workspace (admin)", 200, errors=(403, 404, 503),
                                                        params=[_path_id()])},
+        "/api/v1/users/{id}/suspend": {"post": _op("Suspend a user: every session ends at once (admin)", 200,
+                                                   errors=(403, 404, 503), params=[_path_id()])},
+        "/api/v1/users/{id}/resume": {"post": _op("Let a suspended user log in again (admin)", 200,
+                                                  errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/audit": {"get": _op("Audit rows, newest first (admin)", 200, errors=(403,), params=[
             _query("workspace_id"), _query("user_id"), _query("action"), _query("limit", "integer")])},
         "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},

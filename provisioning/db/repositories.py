@@ -56,6 +56,18 @@ async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
     return _user(row) if row else None
 
 
+async def set_user_status(db: Database, user_id: uuid.UUID, status: str) -> User | None:
+    """Suspending a user also revokes every session of theirs, on every replica."""
+    async with db.transaction() as connection:
+        row = await connection.fetchrow("UPDATE users SET status = $2 WHERE id = $1 RETURNING *", user_id, status)
+        if row is not None and status != "active":
+            await connection.execute(
+                "UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL", user_id)
+        if row is not None:
+            await notify(connection, {"kind": "user_changed", "id": str(user_id)})
+    return _user(row) if row else None
+
+
 async def set_password_hash(db: Database, user_id: uuid.UUID, password_hash: str) -> None:
     await db.fetchrow("UPDATE users SET password_hash = $2 WHERE id = $1", user_id, password_hash)
 

@@ -9,11 +9,11 @@ import uuid
 from aiohttp import web
 
 from provisioning.db import repositories as repo
-from provisioning.errors import BadRequest, Forbidden, Unauthenticated
+from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
 from proxy.auth import passwords, sessions
-from proxy.routes.common import client_ip, principal, read_json
+from proxy.routes.common import admin, client_ip, principal, read_json, uuid_from
 
 routes = web.RouteTableDef()
 
@@ -101,3 +101,27 @@ async def me(request: web.Request) -> web.Response:
     who = await principal(request)
     owned = await repo.workspaces_of(request.app[keys.DATABASE], who.user.id)
     return web.json_response({**who.user.public(), "workspaces": [w.public() for w in owned]})
+
+
+async def _set_user_status(request: web.Request, status: str, action: str) -> web.Response:
+    who = await admin(request)
+    db = request.app[keys.DATABASE]
+    user_id = uuid_from(request.match_info["id"], "user")
+    if user_id == who.user.id:
+        raise Forbidden("administrators cannot suspend themselves", code="self_suspension")
+    user = await repo.set_user_status(db, user_id, status)
+    if user is None:
+        raise NotFound("no such user")
+    await repo.record_audit(db, AuditEvent(action, who.user.id, None, client_ip(request), {"target_user": str(user_id)}))
+    return web.json_response({"id": str(user.id), "status": user.status})
+
+
+@routes.post("/api/v1/users/{id}/suspend")
+async def suspend_user(request: web.Request) -> web.Response:
+    """Ends every session of the user at once; their workspace is suspended separately."""
+    return await _set_user_status(request, "suspended", "SuspendUser")
+
+
+@routes.post("/api/v1/users/{id}/resume")
+async def resume_user(request: web.Request) -> web.Response:
+    return await _set_user_status(request, "active", "ResumeUser")

@@ -170,3 +170,21 @@ async def test_cors_allows_exact_origins_only(make_gateway: Any) -> None:
     assert refused.status == 403 and "Access-Control-Allow-Origin" not in refused.headers
     plain = await client.get("/healthz", headers={"Origin": "https://evil.example.test"})
     assert "Access-Control-Allow-Origin" not in plain.headers
+
+
+async def test_suspending_a_user_ends_their_sessions_at_once(gateway: Any, database_url: str) -> None:
+    user = await register_and_login(gateway)
+    workspace = await user.init()
+    proxied = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
+    assert (await user.call("GET", proxied)).status == 200  # warms the proxy's session cache
+    root = await admin_session(gateway, database_url)
+    assert (await user.call("POST", f"/api/v1/users/{user.user_id}/suspend")).status == 403
+    answer = await root.call("POST", f"/api/v1/users/{user.user_id}/suspend")
+    assert await answer.json() == {"id": user.user_id, "status": "suspended"}
+    assert (await user.call("GET", "/api/v1/me")).status == 401
+    assert (await user.call("GET", proxied)).status == 401
+    again = await gateway.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD})
+    assert again.status == 401
+    await root.call("POST", f"/api/v1/users/{user.user_id}/resume")
+    assert (await gateway.post("/api/v1/auth/login", json={"email": user.email, "password": PASSWORD})).status == 200
+    assert (await root.call("POST", f"/api/v1/users/{root.user_id}/suspend")).status == 403
