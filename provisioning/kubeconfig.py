@@ -7,12 +7,15 @@ import yaml
 
 from provisioning.manifests import TENANT_SERVICE_ACCOUNT
 
+# libyaml's safe dumper when PyYAML was built with it: same output, ~10x faster.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 
 def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str) -> str:
     cluster: dict[str, str] = {"server": server}
     if ca_base64:
         cluster["certificate-authority-data"] = ca_base64
-    return yaml.safe_dump(
+    return yaml.dump(
         {
             "apiVersion": "v1",
             "kind": "Config",
@@ -24,5 +27,6 @@ def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str
             "current-context": "tenant-context",
             "users": [{"name": TENANT_SERVICE_ACCOUNT, "user": {"token": token}}],
         },
+        Dumper=_DUMPER,
         sort_keys=False,
     )

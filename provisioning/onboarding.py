@@ -12,6 +12,7 @@ name without our label are never adopted.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -58,10 +59,13 @@ async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: st
         return Onboarded(workspace, tier, provisioned_now=False)
 
     workspace_id = str(workspace.id)
-    made: dict[str, str] = {}
-    for step in manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role):
-        obj = await ensure_object(kube, step, workspace_id)
-        made[step.kind] = str((obj.get("metadata") or {}).get("uid", ""))
+    first, *rest = manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role)
+    # The namespace must exist first; the other four only need the namespace,
+    # so they go together. Nothing can use them before the row says
+    # provisioned, so their momentary order does not matter.
+    await ensure_object(kube, first, workspace_id)
+    objects = await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest))
+    made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(rest, objects)}
 
     async with db.transaction() as connection:
         done = await repo.set_workspace_state(connection, workspace.id, "provisioned",

@@ -13,18 +13,69 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
+import os
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from provisioning.errors import ClusterUnavailable, GatewayError
 from provisioning.kube.errors import from_status
+
+
+def _import_without_generated_models() -> None:
+    """Load kubernetes_asyncio's client machinery without its ~1,000
+    generated API and model classes.
+
+    Importing `kubernetes_asyncio` (or `.client`) executes package files that
+    import every generated class: about 60 MiB of resident memory, most of the
+    gateway's footprint, for code it never calls (it sends and receives plain
+    dicts). Registering the two packages as bare namespaces first makes the
+    submodules we use (configuration, api_client, rest, exceptions and the
+    config loaders) importable on their own; `models` becomes an empty module,
+    used by the library only to deserialise into classes we never ask for.
+    If a library release moves things, this falls back to the full import:
+    slower start, same behaviour.
+    """
+    if "kubernetes_asyncio" in sys.modules:
+        return
+    # find_spec of the top-level package does not execute it; of a subpackage it would.
+    spec = importlib.util.find_spec("kubernetes_asyncio")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    root = list(spec.submodule_search_locations)
+    installed: dict[str, types.ModuleType] = {}
+    for name, locations in (("kubernetes_asyncio", root),
+                            ("kubernetes_asyncio.client", [os.path.join(p, "client") for p in root])):
+        package = types.ModuleType(name)
+        package.__path__ = list(locations)
+        package.__package__ = name
+        installed[name] = package
+    installed["kubernetes_asyncio.client.models"] = types.ModuleType("kubernetes_asyncio.client.models")
+    sys.modules.update(installed)
+    try:
+        from kubernetes_asyncio.client import api_client, configuration
+
+        client_package = installed["kubernetes_asyncio.client"]
+        client_package.ApiClient = api_client.ApiClient  # type: ignore[attr-defined]
+        client_package.Configuration = configuration.Configuration  # type: ignore[attr-defined]
+        installed["kubernetes_asyncio"].client = client_package  # type: ignore[attr-defined]
+        import kubernetes_asyncio.config  # noqa: F401
+    except Exception:  # pragma: no cover - depends on the library's layout
+        for name in [n for n in sys.modules if n == "kubernetes_asyncio" or n.startswith("kubernetes_asyncio.")]:
+            del sys.modules[name]
+
+
+_import_without_generated_models()
+
+from kubernetes_asyncio import client as k8s_client  # noqa: E402
+from kubernetes_asyncio import config as k8s_config  # noqa: E402
+from kubernetes_asyncio.client.exceptions import ApiException  # noqa: E402
+from kubernetes_asyncio.config.config_exception import ConfigException  # noqa: E402
 
 # Control-plane calls are small; past this the API server is effectively down.
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)

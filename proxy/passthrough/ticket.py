@@ -7,6 +7,7 @@ session, the database or the settings themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from provisioning.audit import AuditWriter
 from provisioning.models import AuditEvent, Workspace
@@ -39,7 +40,8 @@ class Ticket:
     decision: Decision
     method: str
     path: str
-    client_ip: str | None
+    resolve_client_ip: Callable[[], str | None]
+    """Resolved only when an audit row needs it: most proxied requests never do."""
     key: TokenKey = field(init=False)
 
     def __post_init__(self) -> None:
@@ -65,5 +67,5 @@ class Ticket:
         self.passthrough.audit.enqueue(self.event("ProxyWrite", status=status))
 
     def event(self, action: str, **details: object) -> AuditEvent:
-        return AuditEvent(action, self.principal.user.id, self.workspace.id, self.client_ip,
+        return AuditEvent(action, self.principal.user.id, self.workspace.id, self.resolve_client_ip(),
                           {"method": self.method, "path": self.path, **details})

@@ -69,7 +69,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
                         workspace.namespace)
     if decision.action == "deny":
         raise Forbidden(decision.reason, code="outside_tenant")
-    ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path, client_ip(request))
+    ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path,
+                    lambda: client_ip(request))
     if is_spdy_upgrade(request.headers):
         raise BadRequest("SPDY upgrades are not supported; use a client that speaks WebSocket "
                          "(kubectl 1.30+ does for exec, attach and port-forward)", code="spdy_not_supported")

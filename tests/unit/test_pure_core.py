@@ -175,3 +175,15 @@ def test_resume_waits_out_the_token_cache() -> None:
     assert seconds_to_wait("2026-01-01T00:00:00Z", now) == 5.0
     assert seconds_to_wait("2025-12-31T00:00:00Z", now) == 0.0
     assert seconds_to_wait(None, now) == 15.0
+
+
+def test_the_kube_client_loads_without_generated_models() -> None:
+    """~60 MiB of generated classes stay unloaded (see provisioning.kube.client)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, provisioning.kube.client as c; "
+             "print(sum(1 for m in sys.modules if m.startswith('kubernetes_asyncio.client.models.')), "
+             "c.k8s_client.ApiClient.__name__)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "ApiClient"]

@@ -1,0 +1,418 @@
+"""`make bench`: the gateway against the physical limit (direct to the API
+server) and the peer baseline (`kubectl proxy`), measured side by side in one
+run, rounds interleaved and shuffled, every target acting as the same tenant
+ServiceAccount. Writes bench/results/<date>-<commit>.json and prints a table.
+
+BENCH_QUICK=1 shrinks every workload (a smoke run, not a measurement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import random
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+
+from bench.stack import Stack, Tenant, run_load, temp_root
+
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+ROUNDS = 2 if QUICK else 5
+SOAK_SECONDS = int(os.environ.get("BENCH_SOAK_SECONDS", "60" if QUICK else "600"))
+MAX_WATCHES = int(os.environ.get("BENCH_MAX_WATCHES", "200" if QUICK else "2000"))
+RESULTS = Path(__file__).with_name("results")
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+class Targets:
+    """The same Kubernetes path reached three ways."""
+
+    def __init__(self, stack: Stack, tenant: Tenant) -> None:
+        assert stack.cluster is not None
+        self.stack, self.tenant = stack, tenant
+        self.base = {
+            "direct": (stack.cluster.server, {"Authorization": f"Bearer {tenant.sa_token}"}, str(stack.cluster.ca_file)),
+            "gateway": (f"{stack.gateway_url}/k8s/{tenant.workspace_id}",
+                        {"Authorization": f"Bearer {tenant.session_token}"}, str(stack.ca_file)),
+            "kubectl-proxy": (stack.proxy_url, {}, None),
+        }
+
+    def job(self, target: str, path: str, **extra: Any) -> dict[str, Any]:
+        base, headers, ca = self.base[target]
+        return {"url": base + path, "headers": headers, "ca_file": ca, **extra}
+
+
+def interleaved(targets: list[str], rounds: int) -> list[str]:
+    order = []
+    for _ in range(rounds):
+        batch = list(targets)
+        random.shuffle(batch)
+        order += batch
+    return order
+
+
+async def create_configmaps(stack: Stack, tenant: Tenant, prefix: str, count: int, size: int) -> None:
+    assert stack.cluster is not None
+    url = f"{stack.cluster.server}/api/v1/namespaces/{tenant.namespace}/configmaps"
+    headers = {"Authorization": f"Bearer {tenant.sa_token}"}
+    import ssl
+
+    context = ssl.create_default_context(cafile=str(stack.cluster.ca_file))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        semaphore = asyncio.Semaphore(16)
+
+        async def one(i: int) -> None:
+            async with semaphore:
+                body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{prefix}-{i}"},
+                        "data": {"v": "x" * size}}
+                async with session.post(url, json=body, headers=headers) as r:
+                    assert r.status in (201, 409), await r.text()
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+
+
+# -- workloads -----------------------------------------------------------------
+
+async def small_get(stack: Stack, targets: Targets) -> dict[str, Any]:
+    await create_configmaps(stack, targets.tenant, "small", 1, 64)
+    path = f"/api/v1/namespaces/{targets.tenant.namespace}/configmaps/small-0"
+    out: dict[str, Any] = {}
+    for concurrency, requests in ((1, 200 if QUICK else 1000), (32, 1000 if QUICK else 6000)):
+        per: dict[str, list[dict[str, Any]]] = {t: [] for t in targets.base}
+        cpu: list[float] = []
+        for target in interleaved(list(targets.base), ROUNDS):
+            before = stack.gateway_cpu_seconds()
+            result = await asyncio.to_thread(run_load, targets.job(target, path, concurrency=concurrency, requests=requests))
+            if target == "gateway":
+                cpu.append((stack.gateway_cpu_seconds() - before) / result["requests"] * 1000)
+            per[target].append(result)
+        out[f"c{concurrency}"] = {
+            t: {"rps": median([r["rps"] for r in rs]), "p50_ms": median([r["p50_ms"] for r in rs]),
+                "p99_ms": median([r["p99_ms"] for r in rs]), "errors": sum(r["errors"] for r in rs)}
+            for t, rs in per.items()
+        }
+        out[f"c{concurrency}"]["gateway"]["cpu_ms_per_request"] = median(cpu)
+    return out
+
+
+async def list_500(stack: Stack, targets: Targets) -> dict[str, Any]:
+    await create_configmaps(stack, targets.tenant, "list", 500, 900)
+    path = f"/api/v1/namespaces/{targets.tenant.namespace}/configmaps"
+    out: dict[str, Any] = {}
+    for gzip in (False, True):
+        per: dict[str, list[dict[str, Any]]] = {t: [] for t in targets.base}
+        for target in interleaved(list(targets.base), ROUNDS):
+            per[target].append(await asyncio.to_thread(
+                run_load, targets.job(target, path, concurrency=4, requests=20 if QUICK else 100, gzip=gzip)))
+        out["gzip" if gzip else "identity"] = {
+            t: {"rps": median([r["rps"] for r in rs]), "p50_ms": median([r["p50_ms"] for r in rs]),
+                "p99_ms": median([r["p99_ms"] for r in rs]), "bytes_per_response": rs[0]["bytes"] / max(1, rs[0]["requests"])}
+            for t, rs in per.items()
+        }
+    return out
+
+
+async def watches(stack: Stack, targets: Targets) -> dict[str, Any]:
+    """Memory and descriptors per open watch (TLS both legs), and delivery latency."""
+    tenant = targets.tenant
+    path = f"/api/v1/namespaces/{tenant.namespace}/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=false"
+    steps = [0, MAX_WATCHES // 4, MAX_WATCHES // 2, MAX_WATCHES]
+    samples = []
+    async with stack.session(timeout=aiohttp.ClientTimeout(total=None)) as session:
+        open_streams: list[aiohttp.ClientResponse] = []
+        base, headers, _ = targets.base["gateway"]
+        for step in steps:
+            while len(open_streams) < step:
+                batch = [session.get(base + path, headers=headers) for _ in range(min(100, step - len(open_streams)))]
+                open_streams += await asyncio.gather(*batch)
+            await asyncio.sleep(2)
+            samples.append({"watches": step, "rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()})
+        for response in open_streams:
+            response.close()
+    base_rss, base_fds = samples[0]["rss_mib"], samples[0]["fds"]
+    top = samples[-1]
+    per_stream = {
+        "kib_rss_per_watch": (top["rss_mib"] - base_rss) * 1024 / max(1, top["watches"]),
+        "fds_per_watch": (top["fds"] - base_fds) / max(1, top["watches"]),
+    }
+    return {"samples": samples, **per_stream, "delivery": await delivery_latency(stack, targets)}
+
+
+async def delivery_latency(stack: Stack, targets: Targets, watchers: int = 20, events: int = 30) -> dict[str, Any]:
+    """Objects created at a steady 10/s; every watcher timestamps each arrival."""
+    tenant = targets.tenant
+    path = f"/api/v1/namespaces/{tenant.namespace}/configmaps?watch=1&labelSelector=bench%3Ddelivery"
+    import ssl
+
+    contexts = {t: ssl.create_default_context(cafile=ca) if ca else None for t, (_, _, ca) in targets.base.items()}
+    latencies: dict[str, list[float]] = {t: [] for t in targets.base}
+    created: dict[str, float] = {}
+
+    async def watch(target: str, session: aiohttp.ClientSession, ready: asyncio.Event) -> None:
+        base, headers, _ = targets.base[target]
+        async with session.get(base + path, headers=headers) as response:
+            ready.set()
+            async for line in response.content:
+                name = json.loads(line)["object"]["metadata"]["name"]
+                arrived = time.perf_counter()
+                if name in created:
+                    latencies[target].append((arrived - created[name]) * 1000)
+
+    sessions = {t: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=c if c else False),
+                                         timeout=aiohttp.ClientTimeout(total=None)) for t, c in contexts.items()}
+    tasks, readies = [], []
+    for target, session in sessions.items():
+        for _ in range(watchers):
+            ready = asyncio.Event()
+            readies.append(ready)
+            tasks.append(asyncio.create_task(watch(target, session, ready)))
+    await asyncio.gather(*(r.wait() for r in readies))
+    await asyncio.sleep(1)
+    assert stack.cluster is not None
+    import ssl as _ssl
+
+    direct_context = _ssl.create_default_context(cafile=str(stack.cluster.ca_file))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=direct_context)) as writer:
+        for i in range(events):
+            name = f"delivery-{i}-{random.randrange(1 << 30)}"
+            created[name] = time.perf_counter()
+            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"bench": "delivery"}}}
+            async with writer.post(f"{stack.cluster.server}/api/v1/namespaces/{tenant.namespace}/configmaps", json=body,
+                                   headers={"Authorization": f"Bearer {tenant.sa_token}"}) as r:
+                assert r.status == 201
+            await asyncio.sleep(0.1)
+    await asyncio.sleep(1)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for session in sessions.values():
+        await session.close()
+    return {t: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99), "received": len(v), "expected": watchers * events}
+            for t, v in latencies.items()}
+
+
+async def timed_calls(count: int, concurrency: int, call: Callable[[int], Awaitable[None]]) -> dict[str, float]:
+    latencies: list[float] = []
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with semaphore:
+            start = time.perf_counter()
+            await call(i)
+            latencies.append(time.perf_counter() - start)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    seconds = time.perf_counter() - began
+    return {"rate": count / seconds, "p50_ms": pct(latencies, 0.5) * 1000, "p99_ms": pct(latencies, 0.99) * 1000}
+
+
+def gateway_identity_session(stack: Stack) -> aiohttp.ClientSession:
+    """The gateway's own client certificate: the 'raw' rate of its API calls."""
+    import ssl
+
+    assert stack.cluster is not None
+    pki_dir = stack.cluster.state_dir / "pki"
+    context = ssl.create_default_context(cafile=str(stack.cluster.ca_file))
+    context.load_cert_chain(pki_dir / "gateway.crt", pki_dir / "gateway.key")
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=context))
+
+
+async def issuance(stack: Stack, targets: Targets) -> dict[str, Any]:
+    assert stack.cluster is not None
+    tenant, count = targets.tenant, 50 if QUICK else 300
+    server = stack.cluster.server
+    headers = {"Authorization": f"Bearer {tenant.session_token}"}
+    out: dict[str, Any] = {}
+    async with stack.session() as gw, gateway_identity_session(stack) as raw:
+        async def via_gateway(_i: int) -> None:
+            async with gw.get(f"{stack.gateway_url}/api/v1/workspaces/credentials/kubeconfig", headers=headers) as r:
+                assert r.status == 200, await r.text()
+                await r.read()
+
+        async def raw_token(_i: int) -> None:
+            async with raw.post(f"{server}/api/v1/namespaces/{tenant.namespace}/serviceaccounts/sa-tenant-admin/token",
+                                json={"spec": {"expirationSeconds": 7200}}) as r:
+                assert r.status == 201
+                await r.read()
+
+        rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "raw": []}
+        for name in interleaved(["gateway", "raw"], ROUNDS):
+            rounds[name].append(await timed_calls(count // ROUNDS, 8, via_gateway if name == "gateway" else raw_token))
+        for name, results in rounds.items():
+            out[name] = {k: median([r[k] for r in results]) for k in ("rate", "p50_ms", "p99_ms")}
+    return out
+
+
+async def onboarding(stack: Stack) -> dict[str, Any]:
+    from provisioning import manifests
+    from provisioning.tiers import DEFAULT_TIERS
+
+    assert stack.cluster is not None
+    count = 10 if QUICK else 40
+    async with stack.session() as gw, gateway_identity_session(stack) as raw:
+        tokens = []
+        for _ in range(count):
+            email = f"onb-{random.randrange(1 << 40)}@example.test"
+            await (await gw.post(f"{stack.gateway_url}/api/v1/auth/register", json={"email": email, "password": "benchmark passphrase 1"})).read()
+            async with gw.post(f"{stack.gateway_url}/api/v1/auth/login", json={"email": email, "password": "benchmark passphrase 1"}) as r:
+                tokens.append((await r.json())["token"])
+        statuses: list[str] = []
+
+        async def via_gateway(i: int) -> None:
+            async with gw.post(f"{stack.gateway_url}/api/v1/workspaces/init", json={},
+                               headers={"Authorization": f"Bearer {tokens[i]}"}) as r:
+                statuses.append((await r.json())["status"])
+
+        async def raw_creates(i: int) -> None:
+            ns = f"rawbench-{random.randrange(1 << 40)}"
+            for step in manifests.onboarding_steps(ns, "bench", DEFAULT_TIERS["basic"], "tenant-admin"):
+                async with raw.post(stack.cluster.server + step.collection, json=step.body) as r:  # type: ignore[union-attr]
+                    assert r.status == 201, await r.text()
+
+        gateway_result = await timed_calls(count, 4, via_gateway)
+        raw_result = await timed_calls(count, 4, raw_creates)
+    return {"gateway": gateway_result, "raw": raw_result,
+            "half_made": sum(1 for s in statuses if s != "provisioned")}
+
+
+async def cold_burst(stack: Stack) -> dict[str, Any]:
+    async with stack.session() as session:
+        tenant = await stack.new_tenant(session)
+        before = await stack.metric(session, 'tenant_gateway_token_requests_total{result="success"}')
+        url = f"{stack.gateway_url}/k8s/{tenant.workspace_id}/api/v1/namespaces/{tenant.namespace}/configmaps"
+        headers = {"Authorization": f"Bearer {tenant.session_token}"}
+
+        async def one() -> int:
+            async with session.get(url, headers=headers) as r:
+                await r.read()
+                return r.status
+
+        statuses = await asyncio.gather(*(one() for _ in range(8)))
+        after = await stack.metric(session, 'tenant_gateway_token_requests_total{result="success"}')
+        warm_before = after
+        for _ in range(20):
+            await one()
+        warm_after = await stack.metric(session, 'tenant_gateway_token_requests_total{result="success"}')
+    return {"statuses": statuses, "token_requests": after - before, "warm_token_requests": warm_after - warm_before}
+
+
+async def soak(stack: Stack, targets: Targets) -> dict[str, Any]:
+    samples = []
+    path = f"/api/v1/namespaces/{targets.tenant.namespace}/configmaps/small-0"
+    deadline = time.monotonic() + SOAK_SECONDS
+    async with stack.session() as session:
+        while time.monotonic() < deadline:
+            await asyncio.to_thread(run_load, targets.job("gateway", path, concurrency=8, requests=400))
+            tasks = await stack.metric(session, "tenant_gateway_event_loop_tasks")
+            samples.append({"t": round(SOAK_SECONDS - (deadline - time.monotonic())), "rss_mib": stack.gateway_rss_mib(),
+                            "fds": stack.gateway_fds(), "tasks": tasks})
+            await asyncio.sleep(max(0.0, min(10.0, deadline - time.monotonic())))
+    half = max(1, len(samples) // 2)
+    first, last = samples[half - 1], samples[-1]  # after warm-up
+    return {"samples": samples, "rss_drift": (last["rss_mib"] - first["rss_mib"]) / first["rss_mib"],
+            "fd_drift": last["fds"] - first["fds"], "task_drift": last["tasks"] - first["tasks"]}
+
+
+# -- report ----------------------------------------------------------------------
+
+def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    g1, g32 = r["small_get"]["c1"], r["small_get"]["c32"]
+    lst = r["list_500"]
+    w, iss, onb = r["watches"], r["issuance"], r["onboarding"]
+    delivery = w["delivery"]
+    added_p99 = delivery["gateway"]["p99_ms"] - delivery["direct"]["p99_ms"]
+    checks = [
+        ("GET c1 p50 <= 1.3x direct", f"{g1['gateway']['p50_ms'] / g1['direct']['p50_ms']:.2f}x",
+         g1["gateway"]["p50_ms"] <= 1.3 * g1["direct"]["p50_ms"]),
+        ("GET c32 rps >= 0.75x direct", f"{g32['gateway']['rps'] / g32['direct']['rps']:.2f}x",
+         g32["gateway"]["rps"] >= 0.75 * g32["direct"]["rps"]),
+        ("GET c32 rps >= kubectl proxy", f"{g32['gateway']['rps'] / g32['kubectl-proxy']['rps']:.2f}x",
+         g32["gateway"]["rps"] >= g32["kubectl-proxy"]["rps"]),
+        ("gateway CPU <= 0.3 ms/request", f"{g32['gateway']['cpu_ms_per_request']:.3f} ms",
+         g32["gateway"]["cpu_ms_per_request"] <= 0.3),
+        ("LIST 500 identity <= 1.15x direct", f"{lst['identity']['gateway']['p50_ms'] / lst['identity']['direct']['p50_ms']:.2f}x",
+         lst["identity"]["gateway"]["p50_ms"] <= 1.15 * lst["identity"]["direct"]["p50_ms"]),
+        ("LIST 500 gzip <= 1.05x direct", f"{lst['gzip']['gateway']['p50_ms'] / lst['gzip']['direct']['p50_ms']:.2f}x",
+         lst["gzip"]["gateway"]["p50_ms"] <= 1.05 * lst["gzip"]["direct"]["p50_ms"]),
+        ("watch RSS <= 100 KiB/stream", f"{w['kib_rss_per_watch']:.0f} KiB", w["kib_rss_per_watch"] <= 100),
+        ("watch fds == 2/stream", f"{w['fds_per_watch']:.2f}", w["fds_per_watch"] <= 2.05),
+        ("watch added delivery p99 <= 5 ms", f"{added_p99:.2f} ms", added_p99 <= 5),
+        ("no watch event lost", f"{delivery['gateway']['received']}/{delivery['gateway']['expected']}",
+         delivery["gateway"]["received"] == delivery["gateway"]["expected"]),
+        ("issuance >= 0.85x raw TokenRequest", f"{iss['gateway']['rate'] / iss['raw']['rate']:.2f}x",
+         iss["gateway"]["rate"] >= 0.85 * iss["raw"]["rate"]),
+        ("issuance p99 <= 50 ms", f"{iss['gateway']['p99_ms']:.1f} ms", iss["gateway"]["p99_ms"] <= 50),
+        ("onboarding >= 0.85x raw creates", f"{onb['gateway']['rate'] / onb['raw']['rate']:.2f}x",
+         onb["gateway"]["rate"] >= 0.85 * onb["raw"]["rate"]),
+        ("onboarding p99 <= 250 ms", f"{onb['gateway']['p99_ms']:.0f} ms", onb["gateway"]["p99_ms"] <= 250),
+        ("onboarding: none half-made", str(onb["half_made"]), onb["half_made"] == 0),
+        ("cold burst: 1 TokenRequest", str(r["cold_burst"]["token_requests"]), r["cold_burst"]["token_requests"] == 1),
+        ("warm request: 0 TokenRequests", str(r["cold_burst"]["warm_token_requests"]),
+         r["cold_burst"]["warm_token_requests"] == 0),
+        ("idle RSS <= 80 MiB", f"{r['idle_rss_mib']:.1f} MiB", r["idle_rss_mib"] <= 80),
+        ("soak RSS drift <= 5%", f"{r['soak']['rss_drift'] * 100:.1f}%", abs(r["soak"]["rss_drift"]) <= 0.05),
+    ]
+    return checks
+
+
+def print_table(r: dict[str, Any]) -> None:
+    print("\nsmall GET            target          rps     p50 ms   p99 ms")
+    for c in ("c1", "c32"):
+        for target, v in r["small_get"][c].items():
+            print(f"  {c:<18} {target:<14} {v['rps']:>7.0f}  {v['p50_ms']:>7.2f}  {v['p99_ms']:>7.2f}")
+    print("\nLIST 500             target          rps     p50 ms   p99 ms")
+    for enc in ("identity", "gzip"):
+        for target, v in r["list_500"][enc].items():
+            print(f"  {enc:<18} {target:<14} {v['rps']:>7.1f}  {v['p50_ms']:>7.2f}  {v['p99_ms']:>7.2f}")
+    print("\ntarget                               measured     ok")
+    for name, value, ok in verdicts(r):
+        print(f"  {name:<36} {value:>12}  {'yes' if ok else 'NO'}")
+
+
+async def main() -> None:
+    stack = Stack(temp_root())
+    started = datetime.datetime.now(datetime.timezone.utc)
+    try:
+        stack.start()
+        async with stack.session() as session:
+            tenant = await stack.new_tenant(session)
+        stack.start_kubectl_proxy(tenant)
+        await asyncio.sleep(2)
+        results: dict[str, Any] = {"idle_rss_mib": stack.gateway_rss_mib(), "quick": QUICK}
+        targets = Targets(stack, tenant)
+        for name, workload in (("small_get", small_get(stack, targets)), ("list_500", list_500(stack, targets)),
+                               ("watches", watches(stack, targets)), ("issuance", issuance(stack, targets)),
+                               ("onboarding", onboarding(stack)), ("cold_burst", cold_burst(stack)),
+                               ("soak", soak(stack, targets))):
+            print(f"running {name} ...", flush=True)
+            results[name] = await workload
+    finally:
+        stack.stop()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "nogit"
+    results["verdicts"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in verdicts(results)]
+    results["started"] = started.isoformat()
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{started:%Y-%m-%d}-{commit}.json"
+    path.write_text(json.dumps(results, indent=2, default=str))
+    print_table(results)
+    print(f"\nwritten: {path}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,205 @@
+"""Everything a benchmark run needs, started side by side on loopback: the
+local control plane, an embedded PostgreSQL, the gateway as its own process
+(so its CPU, memory and descriptors can be read from /proc), `kubectl proxy`,
+and one tenant whose ServiceAccount every target uses."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import yaml
+
+from devstack import pki
+from devstack.cluster import LocalCluster, start_local_cluster
+from provisioning.db.pool import start_embedded_postgres
+
+PASSWORD = "benchmark passphrase 1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def raise_fd_limit() -> int:
+    """Thousands of watches need thousands of descriptors in every process."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, 65536) if hard != resource.RLIM_INFINITY else 65536
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+    return wanted
+
+
+@dataclass
+class Tenant:
+    workspace_id: str
+    namespace: str
+    session_token: str
+    sa_token: str
+
+
+@dataclass
+class Stack:
+    root: Path
+    cluster: LocalCluster | None = None
+    gateway: subprocess.Popen[bytes] | None = None
+    kubectl_proxy: subprocess.Popen[bytes] | None = None
+    gateway_url: str = ""
+    proxy_url: str = ""
+    ca_file: Path = Path()
+    database_url: str = ""
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        raise_fd_limit()
+        self.cluster = start_local_cluster(self.root / "cluster")
+        self.database_url = start_embedded_postgres(self.root / "pg")
+        tls = self.root / "tls"
+        tls.mkdir()
+        ca, ca_key = pki.make_ca("bench-ca")
+        ca.write(tls, "ca")
+        cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1",)).write(tls, "gateway")
+        self.ca_file = tls / "ca.crt"
+        port = free_port()
+        env = {
+            **os.environ,
+            "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_DATABASE_URL": self.database_url,
+            "GATEWAY_SESSION_SECRET": uuid.uuid4().hex * 2, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
+            "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),
+            "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
+            "GATEWAY_LOG_LEVEL": "WARNING",
+        }
+        script = str(Path(sys.executable).with_name("tenant-gateway"))
+        self.gateway = subprocess.Popen([script, "serve"], env=env, stdout=subprocess.DEVNULL,
+                                        stderr=open(self.root / "gateway.log", "wb"))
+        self.gateway_url = f"https://127.0.0.1:{port}"
+        self._wait_ready()
+
+    def start_kubectl_proxy(self, tenant: Tenant) -> None:
+        assert self.cluster is not None
+        config = self.root / "tenant.kubeconfig"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "c", "cluster": {"server": self.cluster.server, "certificate-authority": str(self.cluster.ca_file)}}],
+            "users": [{"name": "u", "user": {"token": tenant.sa_token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": tenant.namespace}}],
+            "current-context": "c",
+        }))
+        port = free_port()
+        self.kubectl_proxy = subprocess.Popen(
+            [str(self.cluster.kubectl), f"--kubeconfig={config}", "proxy", f"--port={port}", "--address=127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proxy_url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("kubectl proxy did not start")
+
+    def stop(self) -> None:
+        for process in (self.kubectl_proxy, self.gateway):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+    def _wait_ready(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        import urllib.request
+
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"{self.gateway_url}/readyz", context=context, timeout=1) as ready:
+                    if ready.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.gateway is not None and self.gateway.poll() is not None:
+                raise RuntimeError((self.root / "gateway.log").read_text()[-2000:])
+            time.sleep(0.1)
+        raise RuntimeError("gateway did not become ready")
+
+    # -- measuring the gateway process -------------------------------------
+
+    def gateway_process(self) -> psutil.Process:
+        assert self.gateway is not None
+        return psutil.Process(self.gateway.pid)
+
+    def gateway_cpu_seconds(self) -> float:
+        times = self.gateway_process().cpu_times()
+        return float(times.user + times.system)
+
+    def gateway_rss_mib(self) -> float:
+        return float(self.gateway_process().memory_info().rss) / 2**20
+
+    def gateway_fds(self) -> int:
+        return int(self.gateway_process().num_fds())
+
+    # -- clients -------------------------------------------------------------
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def session(self, **kwargs: Any) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=self.ssl_context()), **kwargs)
+
+    async def new_tenant(self, session: aiohttp.ClientSession) -> Tenant:
+        email = f"bench-{uuid.uuid4().hex[:10]}@example.test"
+        async with session.post(f"{self.gateway_url}/api/v1/auth/register", json={"email": email, "password": PASSWORD}) as r:
+            assert r.status == 201, await r.text()
+        async with session.post(f"{self.gateway_url}/api/v1/auth/login", json={"email": email, "password": PASSWORD}) as r:
+            token = (await r.json())["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        async with session.post(f"{self.gateway_url}/api/v1/workspaces/init", json={}, headers=headers) as r:
+            workspace = await r.json()
+        assert self.cluster is not None
+        sa_token = self.cluster.kubectl_run(
+            "create", "token", "sa-tenant-admin", "-n", workspace["namespace"], "--duration=2h",
+            kubeconfig=self.cluster.gateway_kubeconfig).stdout.strip()
+        return Tenant(workspace["id"], workspace["namespace"], token, sa_token)
+
+    async def metric(self, session: aiohttp.ClientSession, name: str) -> float:
+        async with session.get(f"{self.gateway_url}/metrics") as r:
+            text = await r.text()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and not line.startswith("#"))
+
+
+def run_load(job: dict[str, Any]) -> dict[str, Any]:
+    """One measured burst from a separate process."""
+    result = subprocess.run([sys.executable, "-m", "bench.load"], input=json.dumps(job), capture_output=True,
+                            text=True, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-2000:])
+    return dict(json.loads(result.stdout))
+
+
+async def to_thread_load(job: dict[str, Any]) -> dict[str, Any]:
+    return await asyncio.to_thread(run_load, job)
+
+
+def temp_root() -> Path:
+    return Path(tempfile.mkdtemp(prefix="tenant-gateway-bench-"))
