@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from provisioning.background import cancel_and_wait
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import DatabaseUnavailable
@@ -39,12 +40,7 @@ class AuditWriter:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-audit")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         await self.flush()
 
     async def flush(self) -> None:

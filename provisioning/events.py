@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import asyncpg
 
+from provisioning.background import cancel_and_wait
 from provisioning.db.repositories import EVENTS_CHANNEL
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,7 @@ class EventListener:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-events")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         await self._close()
 
     async def _close(self) -> None:

@@ -6,23 +6,32 @@ another, so no tenant is ever served another's token, and a replaced
 ServiceAccount (new UID) can never be served a token of its predecessor.
 
 A token is renewed once less than `refresh_margin_seconds` of its life is
-left (the specification's 10 minutes). Fills are single-flight: however many
-requests miss at once, one TokenRequest is made per key and all of them
-await it; a failed fetch reaches every waiter and caches nothing. Remaining
-life is measured on the injected monotonic clock, so tests move time
-instead of waiting for it.
+left (the specification's 10 minutes), or once half its life is gone if it
+was issued with less than twice the margin: otherwise a short-lived token
+would be fetched anew on every request. Entries expire by themselves at that
+point (a `TLRUCache` on the injected clock), and the cache is bounded.
+
+Fills are single-flight: however many requests miss at once, one
+TokenRequest is made per key and all of them await it; a failed fetch
+reaches every waiter and caches nothing. The fetch runs in a task the cache
+owns, so a waiter that gives up (its client went away) does not cancel the
+fill the others are waiting for.
+
+Remaining life is measured on the injected monotonic clock: the token's
+expiry is converted once, at fetch time, from the wall clock into a deadline
+on the monotonic one. Wall-clock jumps then cannot keep a dead token alive,
+and tests move time instead of waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import functools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from cachetools import LRUCache
+from cachetools import TLRUCache
 
 from provisioning.models import IssuedToken
 
@@ -38,76 +47,118 @@ class TokenKey:
 
 @dataclass(frozen=True)
 class _Entry:
-    token: str
-    deadline: float  # on the monotonic clock
+    token: str = field(repr=False)
+    refresh_at: float
+    """On the monotonic clock: when this entry stops being served."""
 
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
 
 
+def _refresh_at(key: TokenKey, entry: _Entry, now: float) -> float:
+    return entry.refresh_at
+
+
+def _ignore_hit() -> None:
+    pass
+
+
+def _ignore_fetch(result: str) -> None:
+    pass
+
+
 class TenantTokenCache:
+    """Tokens by TokenKey, renewed ahead of expiry, filled single-flight."""
+
     def __init__(self, fetch: Callable[[TokenKey], Awaitable[IssuedToken]], *,
                  refresh_margin_seconds: float = 600, maxsize: int = 10_000,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], datetime.datetime] = _utcnow,
-                 on_hit: Callable[[], None] | None = None,
-                 on_fetch: Callable[[str], None] | None = None) -> None:
+                 on_hit: Callable[[], None] = _ignore_hit,
+                 on_fetch: Callable[[str], None] = _ignore_fetch) -> None:
         self._fetch = fetch
         self._margin = refresh_margin_seconds
         self._clock = clock
         self._wall_clock = wall_clock
-        self._entries: LRUCache[TokenKey, _Entry] = LRUCache(maxsize=maxsize)
-        self._inflight: dict[TokenKey, asyncio.Future[_Entry]] = {}
-        self._on_hit = on_hit or (lambda: None)
-        self._on_fetch = on_fetch or (lambda _result: None)
-
-    def _fresh(self, key: TokenKey) -> _Entry | None:
-        entry = self._entries.get(key)
-        if entry is not None and entry.deadline - self._clock() > self._margin:
-            return entry
-        return None
+        self._entries: TLRUCache[TokenKey, _Entry, float] = TLRUCache(maxsize, _refresh_at, clock)
+        self._inflight: dict[TokenKey, asyncio.Task[str]] = {}
+        self._tasks: set[asyncio.Task[str]] = set()
+        self._on_hit = on_hit
+        self._on_fetch = on_fetch
 
     async def get(self, key: TokenKey) -> str:
-        entry = self._fresh(key)
+        """A token for `key` with more than the margin of life left."""
+        entry = self._entries.get(key)
         if entry is not None:
             self._on_hit()
             return entry.token
         fill = self._inflight.get(key)
-        if fill is None:
-            # A task of its own, so a caller that gives up (client gone)
-            # does not cancel the fill the other waiters depend on.
-            fill = asyncio.ensure_future(self._fill(key))
+        if fill is None or fill.done():
+            fill = asyncio.get_running_loop().create_task(self._fill(key))
             self._inflight[key] = fill
-            fill.add_done_callback(functools.partial(self._settled, key))
-        return (await asyncio.shield(fill)).token
+            self._tasks.add(fill)
+            fill.add_done_callback(lambda done: self._settled(key, done))
+        return await asyncio.shield(fill)
 
-    def _settled(self, key: TokenKey, fill: "asyncio.Future[_Entry]") -> None:
-        self._inflight.pop(key, None)
+    def _settled(self, key: TokenKey, fill: asyncio.Task[str]) -> None:
+        self._tasks.discard(fill)
+        if self._inflight.get(key) is fill:
+            del self._inflight[key]
         if not fill.cancelled():
-            fill.exception()  # mark retrieved even if every waiter left
+            fill.exception()  # retrieved, even if every waiter gave up
 
-    async def _fill(self, key: TokenKey) -> _Entry:
+    async def _fill(self, key: TokenKey) -> str:
         try:
             issued = await self._fetch(key)
-        except BaseException:
+        except Exception:
             self._on_fetch("error")
             raise
         self._on_fetch("success")
+        now = self._clock()
         life = (issued.expires_at - self._wall_clock()).total_seconds()
-        entry = _Entry(issued.token, self._clock() + life)
-        self._entries[key] = entry
-        return entry
+        entry = _Entry(issued.token, now + life - min(self._margin, life / 2))
+        # Evicted while fetching (suspension, clear): hand the token to
+        # those already waiting, but keep nothing issued before the eviction.
+        if self._inflight.get(key) is asyncio.current_task() and entry.refresh_at > now:
+            self._entries[key] = entry
+        return issued.token
 
-    def invalidate(self, key: TokenKey) -> None:
-        self._entries.pop(key, None)
+    def invalidate(self, key: TokenKey, token: str | None = None) -> None:
+        """Forget `key`'s token (after the API server refused it with 401).
+
+        Given `token`, forget only if that is still the cached one, so a
+        burst of requests refused with the same stale token does not throw
+        away the fresh one the first of them already fetched. An in-flight
+        fill is kept: it is already fetching a new token.
+        """
+        entry = self._entries.get(key)
+        if entry is not None and (token is None or entry.token == token):
+            del self._entries[key]
 
     def evict_namespace(self, namespace: str) -> None:
-        for key in [k for k in self._entries if k.namespace == namespace]:
+        """Drop every token of a namespace, cached or being fetched (used on
+        suspension and on any change of the workspace)."""
+        for key in [k for k in self._entries.keys() if k.namespace == namespace]:
             self._entries.pop(key, None)
+        for key in [k for k in self._inflight if k.namespace == namespace]:
+            del self._inflight[key]
 
     def clear(self) -> None:
         self._entries.clear()
+        self._inflight.clear()
+
+    async def aclose(self) -> None:
+        """Cancel fills still running, for a clean shutdown: the cache owns
+        those tasks, so nobody else will."""
+        self.clear()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"<TenantTokenCache entries={len(self._entries)} inflight={len(self._inflight)}>"

@@ -1,19 +1,29 @@
 """Header hygiene for the relay, both directions. Pure.
 
 Upstream, the API server must see exactly one identity: the tenant
-ServiceAccount token the gateway attaches. So the client's Authorization and
-Cookie never travel, nor anything the API server (or an authenticating proxy
-in front of it) could read as identity: Impersonate-*, X-Remote-*, forwarding
-headers. Hop-by-hop headers, and any header a client nominates in
-`Connection` (the classic way to make a proxy drop, or keep, what it should
-not), are removed in both directions.
+ServiceAccount token the gateway attaches. So the client's Authorization,
+Cookie and CSRF token never travel, nor anything the API server (or an
+authenticating proxy in front of it) could read as identity or as a claim
+about the client: Impersonate-*, X-Remote-*, X-Forwarded-*, Forwarded,
+X-Real-IP. Origin and Referer stay behind too: they describe the gateway's
+page, mean nothing to the API server, and the WebSocket relay sets the
+Origin it needs itself.
+
+Hop-by-hop headers, and every header a peer nominates in `Connection` (the
+classic way to make a proxy drop, or keep, what it should not), are removed
+in both directions. Framing is left to aiohttp: Content-Length and
+Transfer-Encoding are recomputed on the way up. On the way down
+Content-Length and Content-Encoding stay, because bodies are relayed byte for
+byte and never decompressed; Transfer-Encoding goes because aiohttp
+re-chunks. Set-Cookie never reaches the browser: the API server has no
+business setting cookies on the gateway's origin.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable
 
-from multidict import CIMultiDict
+from multidict import CIMultiDict, MultiMapping
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -23,53 +33,72 @@ _REQUEST_DROPPED = frozenset({
     "host", "content-length", "authorization", "cookie", "x-csrf-token", "forwarded", "x-real-ip",
     "origin", "referer",
 })
-_REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-", "sec-websocket-")
-_RESPONSE_DROPPED = frozenset({"set-cookie"})
+_REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-")
+_WEBSOCKET_PREFIX = "sec-websocket-"
+_WEBSOCKET_KEPT = "sec-websocket-protocol"
+_RESPONSE_DROPPED = frozenset({"set-cookie", "set-cookie2"})
 
 
-def _nominated(headers: Mapping[str, str]) -> frozenset[str]:
-    getall = getattr(headers, "getall", None)
-    values: Iterable[str] = getall("Connection", []) if getall else [headers.get("Connection", "")]
-    return frozenset(token.strip().lower() for value in values for token in value.split(",") if token.strip())
+def _comma_list(headers: MultiMapping[str], name: str) -> Iterable[str]:
+    """Every element of a (possibly repeated) comma-separated header."""
+    for value in headers.getall(name, []):
+        for element in value.split(","):
+            element = element.strip()
+            if element:
+                yield element
 
 
-def _items(headers: Mapping[str, str]) -> Iterable[tuple[str, str]]:
-    items = getattr(headers, "items")
-    return list(items())
+def _nominated(headers: MultiMapping[str]) -> frozenset[str]:
+    return frozenset(name.lower() for name in _comma_list(headers, "Connection"))
 
 
-def upstream_request_headers(incoming: Mapping[str, str], bearer_token: str, *,
+def _dropped_upstream(name: str, websocket: bool) -> bool:
+    if name.startswith(_REQUEST_DROPPED_PREFIXES):
+        return True
+    if name.startswith(_WEBSOCKET_PREFIX):
+        # The client library writes its own Key and Version, and must not be
+        # handed Extensions it did not negotiate (compression it cannot undo).
+        return not (websocket and name == _WEBSOCKET_KEPT)
+    return False
+
+
+def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str, *,
                              websocket: bool = False) -> CIMultiDict[str]:
-    """The client's headers made safe to send to the API server, with the
-    tenant's token attached. For WebSocket handshakes the client library
-    writes its own Upgrade/Key/Version; the subprotocols are passed separately."""
-    dropped = HOP_BY_HOP | _nominated(incoming) | _REQUEST_DROPPED
+    """The client's headers made safe for the API server, carrying the
+    tenant's token and nothing else that could claim an identity.
+
+    `websocket=True` keeps Sec-WebSocket-Protocol (the channel protocol the
+    client offered, e.g. `v5.channel.k8s.io`) and drops the rest of the
+    handshake, which the client library regenerates.
+    """
+    dropped = HOP_BY_HOP | _REQUEST_DROPPED | _nominated(incoming)
     out: CIMultiDict[str] = CIMultiDict()
-    for name, value in _items(incoming):
+    for name, value in incoming.items():
         lowered = name.lower()
-        if lowered in dropped or lowered.startswith(_REQUEST_DROPPED_PREFIXES):
+        if lowered in dropped or _dropped_upstream(lowered, websocket):
             continue
         out.add(name, value)
     out["Authorization"] = f"Bearer {bearer_token}"
     return out
 
 
-def downstream_response_headers(upstream: Mapping[str, str]) -> CIMultiDict[str]:
-    """The API server's headers as the client should see them. Content-Encoding
-    and Content-Length stay: bodies are relayed byte for byte, gzip included."""
-    dropped = HOP_BY_HOP | _nominated(upstream) | _RESPONSE_DROPPED
+def downstream_response_headers(upstream: MultiMapping[str]) -> CIMultiDict[str]:
+    """The API server's headers as the client should see them."""
+    dropped = HOP_BY_HOP | _RESPONSE_DROPPED | _nominated(upstream)
     out: CIMultiDict[str] = CIMultiDict()
-    for name, value in _items(upstream):
+    for name, value in upstream.items():
         if name.lower() not in dropped:
             out.add(name, value)
     return out
 
 
-def websocket_subprotocols(incoming: Mapping[str, str]) -> list[str]:
-    getall = getattr(incoming, "getall", None)
-    values: Iterable[str] = getall("Sec-WebSocket-Protocol", []) if getall else [incoming.get("Sec-WebSocket-Protocol", "")]
-    return [p.strip() for value in values for p in value.split(",") if p.strip()]
+def websocket_subprotocols(incoming: MultiMapping[str]) -> list[str]:
+    """The subprotocols a client offered, in its order of preference, so the
+    upstream handshake can offer exactly the same ones."""
+    return list(_comma_list(incoming, "Sec-WebSocket-Protocol"))
 
 
-def is_spdy_upgrade(incoming: Mapping[str, str]) -> bool:
-    return "spdy/" in incoming.get("Upgrade", "").lower()
+def is_spdy_upgrade(headers: MultiMapping[str]) -> bool:
+    """SPDY (old kubectl exec/port-forward) cannot be relayed by aiohttp;
+    callers refuse it with a clear message rather than a broken stream."""
+    return any("spdy/" in value.lower() for value in headers.getall("Upgrade", []))

@@ -44,13 +44,15 @@ async def _send(ticket: Ticket, request: web.Request, token: str) -> aiohttp.Cli
 
 
 async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse:
-    upstream = await _send(ticket, request, await ticket.token())
+    token = await ticket.token()
+    upstream = await _send(ticket, request, token)
     if upstream.status == 401 and not request.body_exists:
         upstream.release()
-        ticket.drop_token()
-        upstream = await _send(ticket, request, await ticket.token())
+        ticket.drop_token(token)
+        token = await ticket.token()
+        upstream = await _send(ticket, request, token)
     if upstream.status == 401:
-        ticket.drop_token()
+        ticket.drop_token(token)
     async with upstream:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=downstream_response_headers(upstream.headers))

@@ -1,15 +1,26 @@
 """The tenant wall: which proxied paths may reach the API server at all.
 
-Defence in depth before Kubernetes RBAC. The path is taken raw (as sent, still
-percent-encoded), checked for every known trick and split into segments
-once; the decision is then made on those segments and the very same string
-is sent upstream, so what was checked is what is forwarded.
+Defence in depth before Kubernetes RBAC, so that a mistake in a tenant's
+role (or in the shipped ClusterRole) still cannot reach another tenant or
+the cluster itself.
+
+The path is taken raw, as it came off the wire and still percent-encoded.
+Every trick a path can play on the distance between "what was checked" and
+"what the API server routes" is refused outright rather than repaired: dot
+segments, empty segments, encoded slashes, backslashes or dots, double
+encoding, path parameters, control and non-ASCII characters, absolute-form
+targets. Escapes are decoded once, only to inspect them and to compare
+segments; the path sent upstream keeps the client's encoding (hex digits
+upper-cased), so the string that was judged is the string that is
+forwarded, and the API server's single decode yields exactly the segments
+that were compared.
 
 Allowed: the tenant's own namespace (namespaced resources, core or grouped,
-watch forms included), `GET` of its own Namespace object, discovery
-(`/api`, `/apis`, group and version documents), `/version`, `/openapi/...`,
-and the self-review endpoints. `GET /api/v1/namespaces` is answered by the
-gateway with the tenant's namespace only. Everything else is refused.
+watch forms included), reading its own Namespace object, discovery (`/api`,
+`/api/v1`, `/apis`, group and version documents), `/version`, `/openapi/v2`,
+`/openapi/v3/...`, and the self-review endpoints. `GET /api/v1/namespaces` is
+answered by the gateway with the tenant's namespace only. Everything else is
+refused.
 """
 
 from __future__ import annotations
@@ -17,26 +28,40 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import parse_qs
+from urllib.parse import parse_qsl
 
 Action = Literal["forward", "own_namespace_list", "deny"]
 
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
-_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _READS = frozenset({"GET", "HEAD"})
-_SEGMENT = re.compile(r"^[A-Za-z0-9._~:@!$&'()*+,=-]+$")
-_BAD_ESCAPES = re.compile(r"%(2f|5c|2e|25|00)", re.IGNORECASE)
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_METHODS = _READS | _WRITES
+
+_SAFE_CHARS = "A-Za-z0-9_~:@!$&'()*+,=-"
+_RAW_SEGMENT = re.compile(rf"(?:[.{_SAFE_CHARS}]|%[0-9A-Fa-f]{{2}})+")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_SAFE_DECODED = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_~:@!$&'()*+,=-"
+)
+
 _EXEC_SUBRESOURCES = frozenset({"exec", "attach", "portforward"})
-_SELF_REVIEWS = {
+_NAMESPACE_SUBRESOURCES = frozenset({"status", "finalize"})
+_SELF_REVIEWS = frozenset({
     ("authentication.k8s.io", "selfsubjectreviews"),
     ("authorization.k8s.io", "selfsubjectaccessreviews"),
     ("authorization.k8s.io", "selfsubjectrulesreviews"),
-}
+})
 _REVIEW_VERSIONS = frozenset({"v1", "v1beta1", "v1alpha1"})
+_TRUE = frozenset({"1", "t", "true"})
 
 
 @dataclass(frozen=True)
 class Decision:
+    """What to do with one proxied request.
+
+    `upstream_path` never carries a query: the relay appends the client's
+    original query string, which the API server parses itself.
+    """
+
     action: Action
     upstream_path: str = ""
     long_running: bool = False
@@ -45,93 +70,133 @@ class Decision:
     reason: str = ""
 
 
-def _deny(reason: str) -> Decision:
-    return Decision("deny", reason=reason)
+@dataclass(frozen=True)
+class _Path:
+    raw: list[str]
+    """Segments as sent (escapes kept, hex upper-cased): what goes upstream."""
+    decoded: list[str]
+    """The same segments decoded once: what the API server will route on."""
 
 
-def _segments(raw_path: str) -> list[str] | None:
-    """Split a raw path into safe segments, or None if it holds any trick."""
-    if not raw_path or raw_path == "/":
-        return []
-    if not raw_path.startswith("/") or "://" in raw_path or not raw_path.isascii():
-        return None
-    if _BAD_ESCAPES.search(raw_path) or "\\" in raw_path or ";" in raw_path:
+def _decode_segment(raw: str) -> str | None:
+    """Decode a segment's escapes once; None if any escape hides a character
+    that could change routing after the API server decodes it (`/`, `\\`,
+    `.`, `%`, `;`, controls, non-ASCII, ...)."""
+    decoded: list[str] = []
+    position = 0
+    for match in _ESCAPE.finditer(raw):
+        decoded.append(raw[position:match.start()])
+        char = chr(int(match.group(1), 16))
+        if char not in _SAFE_DECODED:
+            return None
+        decoded.append(char)
+        position = match.end()
+    decoded.append(raw[position:])
+    return "".join(decoded)
+
+
+def _parse_path(raw_path: str) -> _Path | None:
+    """Split a raw path into checked segments, or None if it holds any trick."""
+    if raw_path in ("", "/"):
+        return _Path([], [])
+    if not raw_path.isascii() or not raw_path.startswith("/"):
         return None
     parts = raw_path[1:].split("/")
-    if parts and parts[-1] == "":
-        parts = parts[:-1]  # one trailing slash is harmless (`/logs/`, `/apis/`)
+    if parts[-1] == "":
+        parts.pop()  # one trailing slash (`/apis/`) names the same resource
+    raw: list[str] = []
+    decoded: list[str] = []
     for part in parts:
-        if part in ("", ".", "..") or not _SEGMENT.match(part):
+        if part in (".", "..") or not _RAW_SEGMENT.fullmatch(part):
             return None
-    return parts
+        plain = _decode_segment(part)
+        if plain is None:
+            return None
+        raw.append(_ESCAPE.sub(lambda m: "%" + m.group(1).upper(), part))
+        decoded.append(plain)
+    return _Path(raw, decoded)
 
 
-def _flag(query: dict[str, list[str]], name: str) -> bool:
-    return any(v.lower() in ("true", "1") for v in query.get(name, []))
+def _query_flag(query: list[tuple[str, str]], name: str) -> bool:
+    """Mirror Go's strconv.ParseBool leniently: any truthy value counts,
+    because over-classifying as long-running only costs a timeout."""
+    return any(key == name and value.strip().lower() in _TRUE for key, value in query)
 
 
-def _namespaced(method: str, rest: list[str], query: dict[str, list[str]], watch_path: bool) -> tuple[bool, bool]:
-    """(long_running, is_exec) for `<resource>[/<name>[/<subresource>]]` in a namespace."""
-    subresource = rest[2] if len(rest) >= 3 else ""
-    is_exec = rest[0] == "pods" and subresource in _EXEC_SUBRESOURCES
-    follow = rest[0] == "pods" and subresource == "log" and _flag(query, "follow")
-    return watch_path or _flag(query, "watch") or follow or is_exec, is_exec
+def _is_discovery(parts: list[str]) -> bool:
+    if parts in (["version"], ["api"], ["api", "v1"], ["apis"], ["openapi", "v2"], ["openapi", "v3"]):
+        return True
+    return (parts[0] == "apis" and len(parts) in (2, 3)) or parts[:2] == ["openapi", "v3"]
+
+
+def _is_self_review(parts: list[str]) -> bool:
+    return (len(parts) == 4 and parts[0] == "apis" and parts[2] in _REVIEW_VERSIONS
+            and (parts[1], parts[3]) in _SELF_REVIEWS)
+
+
+def _deny(method: str, reason: str) -> Decision:
+    return Decision("deny", is_write=method in _WRITES, reason=reason)
 
 
 def classify(method: str, raw_path: str, query_string: str, namespace: str) -> Decision:
-    method = method.upper()
+    """Decide one request. `raw_path` is what follows `/k8s/{workspace_id}`
+    on the wire; `namespace` is the tenant's own. Pure, so every rule is a
+    row in a test table."""
     if method not in _METHODS:
-        return _deny(f"method {method} is not proxied")
-    parts = _segments(raw_path)
-    if parts is None:
-        return _deny("the path is not in canonical form")
-    path = "/" + "/".join(parts)
-    query = parse_qs(query_string, keep_blank_values=True)
+        return _deny(method, "this method is not proxied")
+    path = _parse_path(raw_path)
+    if path is None:
+        return _deny(method, "the path is not in canonical form")
+    parts = path.decoded
+    upstream = "/" + "/".join(path.raw)
     is_write = method in _WRITES
+    query = parse_qsl(query_string, keep_blank_values=True)
 
     def forward(long_running: bool = False, is_exec: bool = False) -> Decision:
-        return Decision("forward", path, long_running, is_write, is_exec)
+        return Decision("forward", upstream, long_running or _query_flag(query, "watch"), is_write, is_exec)
 
-    # Discovery, version, OpenAPI: read-only and cluster-wide by nature.
-    if method in _READS and (
-        parts in ([], ["version"], ["api"], ["apis"], ["api", "v1"])
-        or (parts[:1] == ["apis"] and len(parts) in (2, 3))
-        or (parts[:1] == ["openapi"] and len(parts) >= 2 and parts[1] in ("v2", "v3"))
-    ):
-        if parts == []:
-            return _deny("the root path is not proxied")
-        if parts[:1] == ["apis"] and len(parts) == 3 and parts[2] == "namespaces":
-            return _deny("cluster-wide listing is outside the tenant")
+    if not parts:
+        return _deny(method, "the root path is not proxied")
+    if method in _READS and _is_discovery(parts):
+        return forward()
+    if method == "POST" and _is_self_review(parts):
         return forward()
 
-    if method == "POST" and len(parts) == 4 and parts[0] == "apis" and (parts[1], parts[3]) in _SELF_REVIEWS \
-            and parts[2] in _REVIEW_VERSIONS:
-        return forward()
-
-    # Core group: /api/v1/..., grouped: /apis/<group>/<version>/...
-    if parts[:2] == ["api", "v1"]:
+    core = parts[:2] == ["api", "v1"]
+    if core:
         tail = parts[2:]
-    elif parts[:1] == ["apis"] and len(parts) >= 3:
+    elif parts[0] == "apis" and len(parts) >= 4:
         tail = parts[3:]
     else:
-        return _deny("this path is outside the tenant")
+        return _deny(method, "this path is outside the tenant")
 
     watch_path = tail[:1] == ["watch"]
     if watch_path:
+        if method not in _READS:
+            return _deny(method, "watches are read-only")
         tail = tail[1:]
-    if parts[:2] == ["api", "v1"] and tail == ["namespaces"]:
-        if method == "GET" and not watch_path and not _flag(query, "watch"):
-            return Decision("own_namespace_list", path)
-        return _deny("tenants may only read their own namespace")
-    if tail[:1] != ["namespaces"] or len(tail) < 2:
-        return _deny("cluster-scoped resources are outside the tenant")
-    if tail[1] != namespace:
-        return _deny("that namespace belongs to someone else")
+    if tail[:1] != ["namespaces"]:
+        return _deny(method, "cluster-scoped resources are outside the tenant")
+    if len(tail) == 1:
+        if core and method == "GET" and not watch_path and not _query_flag(query, "watch"):
+            return Decision("own_namespace_list", upstream)
+        return _deny(method, "tenants may only read their own namespace")
+    if not namespace or tail[1] != namespace:
+        return _deny(method, "that namespace belongs to someone else")
+
     rest = tail[2:]
-    if not rest:
-        # The Namespace object itself: core group only, and read-only.
-        if parts[:2] == ["api", "v1"] and method in _READS and not watch_path:
-            return forward()
-        return _deny("tenants may not change their namespace")
-    long_running, is_exec = _namespaced(method, rest, query, watch_path)
-    return forward(long_running, is_exec)
+    if not rest or (core and len(rest) == 1 and rest[0] in _NAMESPACE_SUBRESOURCES):
+        # The Namespace object itself (or its status/finalize): core only, read-only.
+        if core and method in _READS:
+            return forward(long_running=watch_path)
+        return _deny(method, "tenants may not create, change or delete namespaces")
+
+    if core and len(rest) >= 3 and rest[0] in ("pods", "services") and rest[2] == "proxy":
+        # The API server would dial an address the tenant controls (it can
+        # write Endpoints): no role should ever make that reachable from here.
+        return _deny(method, "the API server's proxy subresources are not proxied")
+    subresource = rest[2] if len(rest) == 3 else ""
+    pods = core and rest[0] == "pods"
+    is_exec = pods and subresource in _EXEC_SUBRESOURCES
+    follow = pods and subresource == "log" and _query_flag(query, "follow")
+    return forward(long_running=watch_path or is_exec or follow, is_exec=is_exec)

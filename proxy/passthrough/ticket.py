@@ -56,8 +56,10 @@ class Ticket:
     async def token(self) -> str:
         return await self.passthrough.tokens.get(self.key)
 
-    def drop_token(self) -> None:
-        self.passthrough.tokens.invalidate(self.key)
+    def drop_token(self, token: str) -> None:
+        """The API server refused `token` (401): forget it, unless a fresh
+        one has already replaced it."""
+        self.passthrough.tokens.invalidate(self.key, token)
 
     def audit_write(self, status: int) -> None:
         """Writes are recorded with the human identity; reads only counted."""

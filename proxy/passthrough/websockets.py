@@ -68,12 +68,13 @@ async def _pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
 
 
 async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+    token = await ticket.token()
     try:
-        upstream = await _connect(request, ticket, await ticket.token())
+        upstream = await _connect(request, ticket, token)
     except UpgradeRefused as refused:
         if refused.status != 401:
             raise
-        ticket.drop_token()
+        ticket.drop_token(token)
         upstream = await _connect(request, ticket, await ticket.token())
     if ticket.decision.is_exec:
         ticket.passthrough.audit.enqueue(ticket.event("ProxyExec", subprotocol=upstream.protocol))

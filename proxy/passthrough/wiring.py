@@ -108,6 +108,7 @@ def setup_passthrough(app: web.Application) -> None:
         app[PASSTHROUGH] = Passthrough(upstream, tokens, streams, directory, audit, metrics)
         yield
         streams.cut_all()
+        await tokens.aclose()
         await audit.stop()
         await upstream.close()
 

@@ -243,16 +243,22 @@ async def until_closed(response: aiohttp.ClientResponse, limit: float) -> float:
     return time.monotonic() - start
 
 
-async def test_suspension_cuts_an_open_watch(gateway: Any, database_url: str) -> None:
-    user, workspace = await tenant(gateway)
-    stream = await open_watch(gateway, user, workspace)
+async def suspend_while_watching(gateway: Any, database_url: str, user: Session, workspace: dict[str, Any],
+                                 stream: aiohttp.ClientResponse) -> float:
+    """Suspend through `gateway`; return how long the open watch took to close."""
     root = await admin_session(gateway, database_url)
     closing = asyncio.create_task(until_closed(stream, 10))
     await asyncio.sleep(0.3)
     started = time.monotonic()
     assert (await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")).status == 200
     await closing
-    assert time.monotonic() - started < 3
+    return time.monotonic() - started
+
+
+async def test_suspension_cuts_an_open_watch(gateway: Any, database_url: str) -> None:
+    user, workspace = await tenant(gateway)
+    stream = await open_watch(gateway, user, workspace)
+    assert await suspend_while_watching(gateway, database_url, user, workspace, stream) < 3
     refused = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
     assert refused.status == 403 and (await refused.json())["error"]["code"] == "workspace_suspended"
 
@@ -298,13 +304,7 @@ async def test_suspend_on_one_replica_cuts_a_watch_on_another(gateway: Any, seco
                                                               database_url: str) -> None:
     user, workspace = await tenant(gateway)
     stream = await open_watch(gateway, user, workspace, base=second_gateway)
-    root = await admin_session(gateway, database_url)
-    closing = asyncio.create_task(until_closed(stream, 10))
-    await asyncio.sleep(0.3)
-    started = time.monotonic()
-    assert (await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")).status == 200
-    await closing
-    assert time.monotonic() - started < 3
+    assert await suspend_while_watching(gateway, database_url, user, workspace, stream) < 3
 
 
 async def test_websocket_watch_relays_frames_and_the_subprotocol(gateway: Any) -> None:

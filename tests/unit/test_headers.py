@@ -1,0 +1,186 @@
+"""What crosses the proxy in headers, both ways (proxy.passthrough.headers). Pure."""
+
+from __future__ import annotations
+
+import pytest
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.passthrough.headers import (
+    downstream_response_headers,
+    is_spdy_upgrade,
+    upstream_request_headers,
+    websocket_subprotocols,
+)
+
+
+def headers(*pairs: tuple[str, str]) -> CIMultiDictProxy[str]:
+    return CIMultiDictProxy(CIMultiDict(pairs))
+
+
+def names(out: CIMultiDict[str]) -> list[str]:
+    return sorted(name.lower() for name, _ in out.items())
+
+
+@pytest.mark.parametrize("name, value", [
+    ("Authorization", "Bearer gateway-session"),
+    ("authorization", "Basic YWRtaW46YWRtaW4="),
+    ("Cookie", "gw_session=x; gw_csrf=y"),
+    ("X-CSRF-Token", "c"),
+    ("Impersonate-User", "system:admin"),
+    ("impersonate-group", "system:masters"),
+    ("Impersonate-Uid", "0"),
+    ("Impersonate-Extra-Scopes", "x"),
+    ("IMPERSONATE-EXTRA-acme.com%2Fproject", "x"),
+    ("X-Remote-User", "admin"),
+    ("x-remote-group", "system:masters"),
+    ("X-Remote-Extra-Scopes", "x"),
+    ("X-Forwarded-For", "1.2.3.4"),
+    ("X-Forwarded-Host", "evil"),
+    ("X-Forwarded-Proto", "https"),
+    ("X-Forwarded-Client-Cert", "Hash=..."),
+    ("Forwarded", "for=1.2.3.4"),
+    ("X-Real-IP", "1.2.3.4"),
+    ("Host", "gateway.example"),
+    ("Content-Length", "10"),
+    ("Connection", "keep-alive"),
+    ("Keep-Alive", "timeout=5"),
+    ("Proxy-Authenticate", "Basic"),
+    ("Proxy-Authorization", "Basic x"),
+    ("Proxy-Connection", "keep-alive"),
+    ("TE", "trailers"),
+    ("Trailer", "Expires"),
+    ("Transfer-Encoding", "chunked"),
+    ("Upgrade", "h2c"),
+    ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ("Sec-WebSocket-Version", "13"),
+    ("Sec-WebSocket-Extensions", "permessage-deflate"),
+    ("Sec-WebSocket-Protocol", "v5.channel.k8s.io"),
+])
+def test_never_sent_upstream(name: str, value: str) -> None:
+    out = upstream_request_headers(headers((name, value), ("Accept", "application/json")), "tenant-token")
+    assert names(out) == ["accept", "authorization"]
+    assert out.getall("Authorization") == ["Bearer tenant-token"]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io"),
+    ("Accept-Encoding", "gzip"),
+    ("Content-Type", "application/merge-patch+json"),
+    ("User-Agent", "kubectl/v1.31.0"),
+    ("Audit-Id", "2f2a"),
+    ("X-Request-Id", "r1"),
+    ("Expect", "100-continue"),
+    ("If-None-Match", '"abc"'),
+])
+def test_ordinary_headers_travel_upstream_unchanged(name: str, value: str) -> None:
+    out = upstream_request_headers(headers((name, value)), "t")
+    assert out.getall(name) == [value]
+
+
+def test_exactly_one_authorization_whatever_the_client_sent() -> None:
+    incoming = headers(("Authorization", "Bearer a"), ("authorization", "Bearer b"), ("AUTHORIZATION", "Basic c"))
+    assert upstream_request_headers(incoming, "tenant").getall("Authorization") == ["Bearer tenant"]
+
+
+def test_repeated_headers_keep_their_order() -> None:
+    incoming = headers(("Accept", "a"), ("X-Thing", "1"), ("Accept", "b"))
+    assert upstream_request_headers(incoming, "t").getall("Accept") == ["a", "b"]
+
+
+def test_the_input_is_not_modified() -> None:
+    source = CIMultiDict([("Cookie", "x"), ("Accept", "a")])
+    upstream_request_headers(CIMultiDictProxy(source), "t")
+    assert list(source.items()) == [("Cookie", "x"), ("Accept", "a")]
+
+
+@pytest.mark.parametrize("connection", [
+    "X-Secret-Thing",
+    "x-secret-thing",
+    "keep-alive, X-Secret-Thing",
+    " close ,X-SECRET-THING , ",
+])
+def test_connection_nominated_headers_are_dropped_upstream(connection: str) -> None:
+    incoming = headers(("Connection", connection), ("X-Secret-Thing", "1"), ("Audit-Id", "1"))
+    assert names(upstream_request_headers(incoming, "t")) == ["audit-id", "authorization"]
+
+
+def test_every_connection_header_line_is_honoured() -> None:
+    incoming = headers(("Connection", "X-One"), ("Connection", "Accept"), ("X-One", "1"), ("Accept", "a"),
+                       ("Audit-Id", "1"))
+    assert names(upstream_request_headers(incoming, "t")) == ["audit-id", "authorization"]
+
+
+def test_nominating_authorization_cannot_strip_the_tenant_token() -> None:
+    out = upstream_request_headers(headers(("Connection", "Authorization"), ("Authorization", "Bearer x")), "t")
+    assert out.getall("Authorization") == ["Bearer t"]
+
+
+def test_websocket_upgrade_keeps_only_the_subprotocol_offer() -> None:
+    incoming = headers(
+        ("Connection", "Upgrade"), ("Upgrade", "websocket"), ("Sec-WebSocket-Key", "k"),
+        ("Sec-WebSocket-Version", "13"), ("Sec-WebSocket-Extensions", "permessage-deflate"),
+        ("Sec-WebSocket-Protocol", "v5.channel.k8s.io, v4.channel.k8s.io"),
+        ("Sec-WebSocket-Protocol", "base64.channel.k8s.io"),
+        ("Cookie", "gw_session=x"), ("Origin", "https://gateway.example"),
+    )
+    out = upstream_request_headers(incoming, "t", websocket=True)
+    assert names(out) == ["authorization", "sec-websocket-protocol", "sec-websocket-protocol"]
+    assert out.getall("Sec-WebSocket-Protocol") == ["v5.channel.k8s.io, v4.channel.k8s.io", "base64.channel.k8s.io"]
+    assert names(upstream_request_headers(incoming, "t")) == ["authorization"]
+
+
+@pytest.mark.parametrize("name, value", [
+    ("Connection", "close"),
+    ("Keep-Alive", "timeout=5"),
+    ("Transfer-Encoding", "chunked"),
+    ("Trailer", "Expires"),
+    ("Upgrade", "websocket"),
+    ("Proxy-Authenticate", "Basic"),
+    ("Proxy-Connection", "close"),
+    ("Set-Cookie", "session=attacker; Path=/"),
+    ("set-cookie", "a=b"),
+])
+def test_never_sent_downstream(name: str, value: str) -> None:
+    assert names(downstream_response_headers(headers((name, value), ("Audit-Id", "x")))) == ["audit-id"]
+
+
+def test_response_bodies_keep_their_framing_and_encoding() -> None:
+    upstream = headers(("Content-Type", "application/json"), ("Content-Encoding", "gzip"), ("Content-Length", "42"),
+                       ("Audit-Id", "x"), ("Warning", '299 - "deprecated"'), ("Warning", '299 - "another"'),
+                       ("Cache-Control", "no-cache, private"), ("X-Kubernetes-Pf-Flowschema-Uid", "u"))
+    out = downstream_response_headers(upstream)
+    assert out["Content-Encoding"] == "gzip" and out["Content-Length"] == "42"
+    assert out.getall("Warning") == ['299 - "deprecated"', '299 - "another"']
+    assert list(out.items()) == list(upstream.items())
+
+
+def test_connection_nominated_headers_are_dropped_downstream() -> None:
+    upstream = headers(("Connection", "close, X-Internal"), ("X-Internal", "1"), ("Content-Type", "text/plain"))
+    assert names(downstream_response_headers(upstream)) == ["content-type"]
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([], []),
+    (["v5.channel.k8s.io"], ["v5.channel.k8s.io"]),
+    (["v5.channel.k8s.io, v4.channel.k8s.io"], ["v5.channel.k8s.io", "v4.channel.k8s.io"]),
+    (["v5.channel.k8s.io,v4.channel.k8s.io", " base64.channel.k8s.io "],
+     ["v5.channel.k8s.io", "v4.channel.k8s.io", "base64.channel.k8s.io"]),
+    (["SPDY/3.1+portforward.k8s.io"], ["SPDY/3.1+portforward.k8s.io"]),
+    ([" , ,"], []),
+])
+def test_websocket_subprotocols(values: list[str], expected: list[str]) -> None:
+    incoming = headers(*(("Sec-WebSocket-Protocol", value) for value in values), ("Accept", "a"))
+    assert websocket_subprotocols(incoming) == expected
+
+
+@pytest.mark.parametrize("pairs, expected", [
+    ([("Upgrade", "SPDY/3.1")], True),
+    ([("upgrade", "spdy/3.1")], True),
+    ([("Upgrade", "websocket"), ("Upgrade", "SPDY/3.1")], True),
+    ([("Upgrade", "websocket")], False),
+    ([("Upgrade", "h2c")], False),
+    ([("X-Stream-Protocol-Version", "v4.channel.k8s.io")], False),
+    ([], False),
+])
+def test_spdy_detection(pairs: list[tuple[str, str]], expected: bool) -> None:
+    assert is_spdy_upgrade(headers(*pairs)) is expected
