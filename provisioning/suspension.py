@@ -79,6 +79,13 @@ async def suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor
         db, workspace_id, "suspended",
         AuditEvent("SuspendWorkspace", actor.id, workspace_id, ip_address, {"step": "status_suspended"}),
     )
+    try:
+        await kube.get(f"/api/v1/namespaces/{workspace.namespace}")
+    except KubeNotFound:
+        # Onboarding never got as far as the namespace: nothing to revoke.
+        await repo.record_audit(db, AuditEvent("SuspendWorkspace", actor.id, workspace_id, ip_address,
+                                               {"step": "no_namespace"}))
+        return workspace
     bindings = await kube.list_items(f"{_RBAC}/namespaces/{workspace.namespace}/rolebindings")
     deleted = []
     for binding in bindings:

@@ -10,7 +10,6 @@ import os
 import secrets
 import ssl
 import sys
-from pathlib import Path
 from typing import NoReturn, Sequence
 
 from aiohttp import web

@@ -1,0 +1,22 @@
+"""The web-session proxy: `ANY /k8s/{workspace_id}/{kubernetes path}`.
+
+Request flow (wiring.handle): authenticate the caller (session cookie with a
+session-bound CSRF token for writes and an exact Origin for upgrades, or a
+bearer token) -> the workspace must be the caller's and provisioned ->
+the tenant wall (routing) decides on the raw path before anything leaves the
+process -> a cached tenant token is attached (token_cache) -> the request is
+relayed (relaying for HTTP, websockets for exec/attach/port-forward).
+
+Trust boundaries: the client's identity headers never travel upstream
+(headers); the upstream client (upstream) holds only the cluster's CA, never
+the gateway's own credential, which lives in provisioning.kube.client.
+
+Streaming: bodies are never buffered whole or decompressed; long-running
+requests (watch, follow, exec) use a session without total or read timeouts
+and register with the stream registry (streams), which suspension uses to
+cut them on every replica, driven by PostgreSQL NOTIFY (tenants).
+
+Cost in steady state: a proxied request makes no TokenRequest and no
+database query: sessions, workspaces and tokens are all cached, and every
+cache is invalidated by events rather than by time.
+"""

@@ -53,6 +53,9 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
         upstream = await _send(ticket, request, token)
     if upstream.status == 401:
         ticket.drop_token(token)
+    # Recorded as soon as the API server has answered: a client that hangs up
+    # while the body streams must not leave its write unaudited.
+    ticket.audit_write(upstream.status)
     async with upstream:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                       headers=downstream_response_headers(upstream.headers))
@@ -61,7 +64,6 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
                 await _stream(request, response, upstream)
         else:
             await _stream(request, response, upstream)
-    ticket.audit_write(upstream.status)
     return response
 
 

@@ -214,3 +214,20 @@ async def test_unreachable_api_server_is_503_and_leaves_nothing_usable(
     ready = await client.get("/readyz")
     assert ready.status == 503
     assert (await ready.json())["checks"]["kubernetes"] == "unavailable"
+
+
+async def test_suspending_a_workspace_whose_namespace_never_came_is_clean(
+        cluster: LocalCluster, make_gateway: Any, database_url: str) -> None:
+    from provisioning.kube.client import KubeClient
+
+    real = await KubeClient.from_kubeconfig(cluster.gateway_kubeconfig)
+    try:
+        broken = await make_gateway(kube=FaultAfterCreates(real, allowed=0))
+        frank = await register_and_login(broken)
+        assert (await frank.call("POST", "/api/v1/workspaces/init", json={})).status == 503
+        workspace_id = (await (await frank.call("GET", "/api/v1/workspaces")).json())[0]["id"]
+        root = await admin_session(broken, database_url)
+        answer = await root.call("POST", f"/api/v1/workspaces/{workspace_id}/suspend")
+        assert answer.status == 200 and (await answer.json())["status"] == "suspended"
+    finally:
+        await real.close()
