@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import ctypes
 import json
-import os
 import shutil
 import signal
 import socket
