@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib.util
+import logging
 import os
 import ssl
 import sys
@@ -77,6 +78,10 @@ from kubernetes_asyncio import client as k8s_client  # noqa: E402
 from kubernetes_asyncio import config as k8s_config  # noqa: E402
 from kubernetes_asyncio.client.exceptions import ApiException  # noqa: E402
 from kubernetes_asyncio.config.config_exception import ConfigException  # noqa: E402
+
+# The library logs whole response bodies at DEBUG, TokenRequest answers
+# included: its loggers never go below WARNING, whatever the root level.
+logging.getLogger("kubernetes_asyncio").setLevel(logging.WARNING)
 
 # Control-plane calls are small; past this the API server is effectively down.
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)

@@ -52,8 +52,11 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
         raise BadRequest("a JSON object body is required", code="invalid_json")
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("the body is not valid JSON", code="invalid_json") from None
+        # JSON escapes can smuggle lone surrogates (\ud800) that are not
+        # text: refused here rather than failing deep in a hash or a driver.
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
+        raise BadRequest("the body is not valid JSON text", code="invalid_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
     return body
