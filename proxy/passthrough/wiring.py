@@ -112,6 +112,13 @@ def setup_passthrough(app: web.Application) -> None:
         await audit.stop()
         await upstream.close()
 
+    async def end_streams(app: web.Application) -> None:
+        """Shutdown: ordinary requests get the drain timeout to finish, but a
+        watch or exec never finishes by itself; clients reconnect elsewhere."""
+        if PASSTHROUGH in app:
+            app[PASSTHROUGH].streams.cut_all()
+
     app.cleanup_ctx.append(passthrough)
+    app.on_shutdown.append(end_streams)
     app.router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", handle)
     app.router.add_route("*", PREFIX + "{workspace_id}", handle)

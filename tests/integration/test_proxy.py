@@ -269,6 +269,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+REPLICAS: dict[str, subprocess.Popen[bytes]] = {}
+
+
 @pytest.fixture
 async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIterator[str]:
     """Another gateway process on the same database: a second replica."""
@@ -291,8 +294,10 @@ async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIter
                 await asyncio.sleep(0.2)
             else:
                 raise AssertionError("second gateway did not start")
+        REPLICAS[base] = process
         yield base
     finally:
+        REPLICAS.pop(base, None)
         process.terminate()
         process.wait(timeout=15)
         assert process.stderr is not None
@@ -363,3 +368,16 @@ async def test_gzip_is_passed_through_untouched(gateway: Any) -> None:
 
     assert len(json.loads(gzip.decompress(body))["items"]) >= 40
     assert re.match(rb"\x1f\x8b", body)
+
+
+async def test_shutdown_ends_open_watches_at_once(second_gateway: str, gateway: Any) -> None:
+    """SIGTERM on a replica: streams are cut immediately, not after the drain timeout."""
+    user, workspace = await tenant(gateway)
+    stream = await open_watch(gateway, user, workspace, base=second_gateway)
+    replica = REPLICAS[second_gateway]
+    closing = asyncio.create_task(until_closed(stream, 15))
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    replica.terminate()
+    await closing
+    assert time.monotonic() - started < 5
