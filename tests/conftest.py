@@ -142,3 +142,11 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 @pytest.fixture
 async def gateway(make_gateway: Callable[..., Awaitable[Any]]) -> Any:
     return await make_gateway()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests are pure and fast: a tight per-test timeout catches a hang
+    or an accidental network call at once (integration keeps the global one)."""
+    for item in items:
+        if "tests/unit/" in str(item.fspath) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(10))
