@@ -38,7 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="session")
-def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = start_embedded_postgres(tmp_path_factory.mktemp("pg"))
 
     async def prepare() -> None:
@@ -55,7 +55,32 @@ def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> str:
             await template.close()
 
     asyncio.run(prepare())
-    return url
+    yield url
+    asyncio.run(assert_no_token_stored(url))
+
+
+# Every JWT (TokenRequest tokens and our session tokens) starts with this.
+JWT_PREFIX = "eyJhbGciOi"
+
+
+async def assert_no_token_stored(url: str) -> None:
+    """After the whole suite: no database any test used holds a token."""
+    admin = await asyncpg.connect(url)
+    try:
+        names = [r["datname"] for r in await admin.fetch("SELECT datname FROM pg_database WHERE datname LIKE 't\\_%'")]
+    finally:
+        await admin.close()
+    for name in names:
+        connection = await asyncpg.connect(_with_database(url, name))
+        try:
+            tables = [r["tablename"] for r in await connection.fetch(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+            for table in tables:
+                leaked = await connection.fetchval(
+                    f"SELECT count(*) FROM {table} t WHERE row_to_json(t)::text LIKE '%' || $1 || '%'", JWT_PREFIX)
+                assert leaked == 0, f"a token was stored in {name}.{table}"
+        finally:
+            await connection.close()
 
 
 def _with_database(url: str, name: str) -> str:
