@@ -72,3 +72,45 @@ async def test_user_create_bootstraps_an_admin(gateway_env: dict[str, str], gate
 def test_migrate_is_idempotent(gateway_env: dict[str, str]) -> None:
     result = run(gateway_env, "migrate")
     assert result.returncode == 0 and "up to date" in result.stdout
+
+
+def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> None:
+    """`make run`: embedded PostgreSQL, a local cluster, a first admin with a
+    printed one-time password; SIGINT leaves no process behind."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    import psutil
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    env.update({"GATEWAY_DATA_DIR": str(tmp_path / "state"), "GATEWAY_LISTEN": f"127.0.0.1:{port}"})
+    process = subprocess.Popen([SCRIPT, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as ready:
+                    if ready.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            raise AssertionError("tenant-gateway dev did not become ready")
+        children = [p for p in psutil.Process(process.pid).children(recursive=True)]
+        assert {"etcd", "kube-apiserver", "kube-controller-manager"} <= {p.name() for p in children}
+        process.send_signal(signal.SIGINT)
+        out, _ = process.communicate(timeout=60)
+        assert process.returncode == 0
+        assert "one-time password:" in out and "admin@gateway.local" in out
+        time.sleep(1)
+        state = str(tmp_path / "state")
+        leftovers = [p for p in psutil.process_iter(["cmdline"]) if state in " ".join(p.info["cmdline"] or [])]
+        assert leftovers == [], [p.info["cmdline"][:2] for p in leftovers]
+    finally:
+        if process.poll() is None:
+            process.kill()
