@@ -392,6 +392,7 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ("warm request: 0 database queries",
          f"{r['cold_burst']['warm_database_transactions']} in {r['cold_burst']['warm_requests']} requests",
          r["cold_burst"]["warm_database_transactions"] <= 3),
+        ("local cluster start < 30 s", f"{r['cluster_start_seconds']:.1f} s", r["cluster_start_seconds"] < 30),
         ("idle RSS <= 80 MiB", f"{r['idle_rss_mib']:.1f} MiB", r["idle_rss_mib"] <= 80),
         ("soak RSS drift <= 5%", f"{r['soak']['rss_drift'] * 100:.1f}%", abs(r["soak"]["rss_drift"]) <= 0.05),
     ]
@@ -421,7 +422,8 @@ async def main() -> None:
             tenant = await stack.new_tenant(session)
         stack.start_kubectl_proxy(tenant)
         await asyncio.sleep(2)
-        results: dict[str, Any] = {"idle_rss_mib": stack.gateway_rss_mib(), "quick": QUICK}
+        results: dict[str, Any] = {"idle_rss_mib": stack.gateway_rss_mib(), "quick": QUICK,
+                                   "cluster_start_seconds": stack.cluster_start_seconds}
         targets = Targets(stack, tenant)
         for name, workload in (("small_get", small_get(stack, targets)), ("list_500", list_500(stack, targets)),
                                ("watches", watches(stack, targets)), ("issuance", issuance(stack, targets)),
