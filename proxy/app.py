@@ -55,8 +55,8 @@ def _route_label(request: web.Request) -> str:
 async def request_context(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """Request id for logs and responses; CORS preflight answered before routing."""
     request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
-    request["request_id"] = request_id
-    request["started"] = time.perf_counter()
+    request[keys.REQUEST_ID] = request_id
+    request[keys.STARTED] = time.perf_counter()
     token = logs.request_id.set(request_id)
     try:
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
@@ -83,8 +83,8 @@ def _preflight(request: web.Request) -> web.StreamResponse:
 async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
     """Runs for every response, streamed ones included, just before headers go out."""
     headers = response.headers
-    if "request_id" in request:
-        headers["X-Request-Id"] = request["request_id"]
+    if keys.REQUEST_ID in request:
+        headers["X-Request-Id"] = request[keys.REQUEST_ID]
     for name, value in _SECURITY_HEADERS.items():
         headers.setdefault(name, value)
     if not request.path.startswith("/k8s/"):
@@ -94,7 +94,7 @@ async def _on_response_prepare(request: web.Request, response: web.StreamRespons
         headers["Access-Control-Allow-Origin"] = origin
         headers["Access-Control-Allow-Credentials"] = "true"
         headers.add("Vary", "Origin")
-    started = request.get("started")
+    started = request.get(keys.STARTED)
     request.app[keys.METRICS].observe_request(_route_label(request), response.status,
                                              time.perf_counter() - started if started is not None else None)
 

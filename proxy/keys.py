@@ -1,4 +1,4 @@
-"""Every typed application key in one place: the app's dependency registry."""
+"""Every typed application and request key in one place: the app's dependency registry."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from aiohttp import web
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
-from proxy.auth.authenticating import Authenticator
+from proxy.auth.authenticating import Authenticator, Principal
 from proxy.metrics import Metrics
 from proxy.settings import Settings
 
@@ -19,3 +19,8 @@ EVENTS = web.AppKey("events", EventListener)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)
 """The CA written into issued kubeconfigs: GATEWAY_PUBLIC_CA_FILE, else the credential's."""
+
+# Per-request state set by the middleware and the first authentication.
+REQUEST_ID = web.RequestKey("request_id", str)
+STARTED = web.RequestKey("started", float)
+PRINCIPAL = web.RequestKey("principal", Principal)

@@ -18,11 +18,10 @@ MAX_JSON_BYTES = 64 * 1024
 
 
 async def principal(request: web.Request) -> Principal:
-    cached = request.get("principal")
-    if isinstance(cached, Principal):
-        return cached
+    if keys.PRINCIPAL in request:
+        return request[keys.PRINCIPAL]
     found = await request.app[keys.AUTHENTICATOR].authenticate(request)
-    request["principal"] = found
+    request[keys.PRINCIPAL] = found
     return found
 
 
