@@ -32,7 +32,7 @@ async def _send(ticket: Ticket, request: web.Request, token: str) -> aiohttp.Cli
     try:
         return await session.request(
             request.method,
-            passthrough.upstream.url(ticket.decision.upstream_path, request.query_string),
+            passthrough.upstream.url(ticket.decision.upstream_path, ticket.decision.upstream_query),
             headers=upstream_request_headers(request.headers, token),
             data=request.content.iter_chunked(_CHUNK) if has_body else None,
             allow_redirects=False,

@@ -13,7 +13,8 @@ targets. Escapes are decoded once, only to inspect them and to compare
 segments; the path sent upstream keeps the client's encoding (hex digits
 upper-cased), so the string that was judged is the string that is
 forwarded, and the API server's single decode yields exactly the segments
-that were compared.
+that were compared. The query string is treated the same way: judged as
+sent (decoded once, as the API server decodes it) and forwarded as sent.
 
 Allowed: the tenant's own namespace (namespaced resources, core or grouped,
 watch forms included), reading its own Namespace object, discovery (`/api`,
@@ -58,12 +59,13 @@ _TRUE = frozenset({"1", "t", "true"})
 class Decision:
     """What to do with one proxied request.
 
-    `upstream_path` never carries a query: the relay appends the client's
-    original query string, which the API server parses itself.
+    `upstream_path` and `upstream_query` are the client's own bytes (hex
+    digits upper-cased in the path), never decoded and re-encoded.
     """
 
     action: Action
     upstream_path: str = ""
+    upstream_query: str = ""
     long_running: bool = False
     is_write: bool = False
     is_exec: bool = False
@@ -138,22 +140,25 @@ def _deny(method: str, reason: str) -> Decision:
     return Decision("deny", is_write=method in _WRITES, reason=reason)
 
 
-def classify(method: str, raw_path: str, query_string: str, namespace: str) -> Decision:
-    """Decide one request. `raw_path` is what follows `/k8s/{workspace_id}`
-    on the wire; `namespace` is the tenant's own. Pure, so every rule is a
-    row in a test table."""
+def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Decision:
+    """Decide one request. `raw_path` and `raw_query` are what follows
+    `/k8s/{workspace_id}` on the wire, split at the first `?`; `namespace` is
+    the tenant's own. Pure, so every rule is a row in a test table."""
     if method not in _METHODS:
         return _deny(method, "this method is not proxied")
     path = _parse_path(raw_path)
     if path is None:
         return _deny(method, "the path is not in canonical form")
+    if not raw_query.isascii() or "#" in raw_query:
+        return _deny(method, "the query is not in canonical form")
     parts = path.decoded
     upstream = "/" + "/".join(path.raw)
     is_write = method in _WRITES
-    query = parse_qsl(query_string, keep_blank_values=True)
+    query = parse_qsl(raw_query, keep_blank_values=True)
 
     def forward(long_running: bool = False, is_exec: bool = False) -> Decision:
-        return Decision("forward", upstream, long_running or _query_flag(query, "watch"), is_write, is_exec)
+        return Decision("forward", upstream, raw_query, long_running or _query_flag(query, "watch"), is_write,
+                        is_exec)
 
     if not parts:
         return _deny(method, "the root path is not proxied")

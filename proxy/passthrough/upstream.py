@@ -21,6 +21,7 @@ from __future__ import annotations
 import ssl
 
 import aiohttp
+from yarl import URL
 
 _CONNECT = 5.0
 SHORT_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=_CONNECT)
@@ -44,8 +45,9 @@ class Upstream:
         self.short = aiohttp.ClientSession(timeout=SHORT_TIMEOUT, **common)  # type: ignore[arg-type]
         self.long = aiohttp.ClientSession(timeout=LONG_TIMEOUT, **common)  # type: ignore[arg-type]
 
-    def url(self, path: str, query_string: str) -> str:
-        return f"{self.server}{path}" + (f"?{query_string}" if query_string else "")
+    def url(self, raw_path: str, raw_query: str) -> URL:
+        """Already-encoded path and query, sent byte for byte (no re-quoting)."""
+        return URL(f"{self.server}{raw_path}" + (f"?{raw_query}" if raw_query else ""), encoded=True)
 
     async def close(self) -> None:
         await self.short.close()

@@ -38,7 +38,7 @@ async def _connect(request: web.Request, ticket: Ticket, token: str) -> aiohttp.
     upstream = ticket.passthrough.upstream
     try:
         return await upstream.long.ws_connect(
-            upstream.url(ticket.decision.upstream_path, request.query_string),
+            upstream.url(ticket.decision.upstream_path, ticket.decision.upstream_query),
             method=request.method,
             protocols=websocket_subprotocols(request.headers),
             # The API server's watch-over-WebSocket handler (x/net/websocket)

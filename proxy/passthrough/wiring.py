@@ -35,10 +35,10 @@ PASSTHROUGH = web.AppKey("passthrough", Passthrough)
 PREFIX = "/k8s/"
 
 
-def _raw_tail(request: web.Request, workspace_segment: str) -> str:
-    """The path after /k8s/{id}, exactly as sent (still percent-encoded)."""
-    raw = request.raw_path.split("?", 1)[0]
-    return raw[len(PREFIX) + len(workspace_segment):]
+def _raw_tail(request: web.Request, workspace_segment: str) -> tuple[str, str]:
+    """The path after /k8s/{id} and the query, exactly as sent (still percent-encoded)."""
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    return raw_path[len(PREFIX) + len(workspace_segment):], raw_query
 
 
 def _check_upgrade_origin(request: web.Request, via_cookie: bool) -> None:
@@ -65,8 +65,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         raise Forbidden("this workspace is suspended", code="workspace_suspended")
     if workspace.status != "provisioned":
         raise Forbidden("this workspace is still being provisioned", code="workspace_not_ready")
-    decision = classify(request.method, _raw_tail(request, workspace_segment), request.query_string,
-                        workspace.namespace)
+    decision = classify(request.method, *_raw_tail(request, workspace_segment), workspace.namespace)
     if decision.action == "deny":
         raise Forbidden(decision.reason, code="outside_tenant")
     ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path,

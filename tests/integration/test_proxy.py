@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 import yaml
 from kubernetes import client as k8s, watch
+from yarl import URL
 
 from devstack.cluster import LocalCluster
 from tests.conftest import SESSION_SECRET
@@ -179,6 +180,26 @@ async def test_tenant_wall_refuses_before_the_api_server(gateway: Any, method: s
     assert "error" in await answer.json()
     # Nothing was sent upstream: no tenant token was ever needed.
     assert metric(await metrics_text(gateway), "tenant_gateway_token_requests_total") == 0
+
+
+async def test_the_query_reaches_the_api_server_exactly_as_sent(gateway: Any) -> None:
+    user, workspace = await tenant(gateway)
+    base = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
+    made = await user.call("POST", base, json={"apiVersion": "v1", "kind": "ConfigMap",
+                                               "metadata": {"name": "q", "labels": {"v": "t"}}})
+    assert made.status == 201
+
+    async def select(raw_query: str) -> aiohttp.ClientResponse:
+        url = URL(f"{gateway.make_url(base)}?{raw_query}", encoded=True)
+        return await gateway.session.get(url, headers=user.bearer)
+
+    # `%2574` is a literal "%74": decoded twice on the way it would become "t"
+    # and select the ConfigMap; the API server must see the invalid "v=%74".
+    assert (await select("labelSelector=v%3D%2574")).status == 400
+    matched = await select("labelSelector=v%3Dt")
+    assert matched.status == 200 and [i["metadata"]["name"] for i in (await matched.json())["items"]] == ["q"]
+    plus = await select("labelSelector=v%3Dt%2Bx")  # "+" kept encoded: never read as a space
+    assert plus.status == 400
 
 
 async def test_one_token_request_serves_many_requests_and_a_cold_burst(gateway: Any) -> None:

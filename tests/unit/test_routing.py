@@ -292,3 +292,24 @@ def test_decisions_are_frozen() -> None:
 def test_proxy_subresources_are_never_forwarded(path: str) -> None:
     """They make the API server dial addresses a tenant can choose (Endpoints)."""
     assert classify("GET", path, "", "tenant-a").action == "deny"
+
+
+@pytest.mark.parametrize("query", [
+    "labelSelector=v%3D%2574",
+    "labelSelector=app%20in%20(a%2Cb)&limit=500",
+    "fieldSelector=metadata.name%3Dx%2By&continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ",
+])
+def test_the_query_is_forwarded_exactly_as_sent(query: str) -> None:
+    decision = decide("GET", f"/api/v1/namespaces/{OWN}/configmaps", query)
+    assert decision.action == "forward" and decision.upstream_query == query
+
+
+@pytest.mark.parametrize("query", ["labelSelector=caf\u00e9", "limit=5#fragment"])
+def test_a_query_that_is_not_canonical_is_refused(query: str) -> None:
+    assert decide("GET", f"/api/v1/namespaces/{OWN}/configmaps", query).action == "deny"
+
+
+def test_watch_is_read_from_the_query_decoded_once_as_the_api_server_does() -> None:
+    path = f"/api/v1/namespaces/{OWN}/pods"
+    assert decide("GET", path, "watch=%74rue").long_running
+    assert not decide("GET", path, "watch=%2574rue").long_running  # the API server sees "%74rue"
