@@ -26,6 +26,7 @@ refused.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -140,6 +141,7 @@ def _deny(method: str, reason: str) -> Decision:
     return Decision("deny", is_write=method in _WRITES, reason=reason)
 
 
+@functools.lru_cache(maxsize=1024)
 def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Decision:
     """Decide one request. `raw_path` and `raw_query` are what follows
     `/k8s/{workspace_id}` on the wire, split at the first `?`; `namespace` is
