@@ -115,7 +115,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app.on_response_prepare.append(_on_response_prepare)
 
     async def database(app: web.Application) -> AsyncIterator[None]:
-        db = await Database.connect(database_dsn)
+        db = await Database.connect(database_dsn, on_checkout=app[keys.METRICS].database_checkouts.inc)
         if apply_migrations:
             async with db.connection() as connection:
                 await migrate(connection)

@@ -207,11 +207,14 @@ async def test_one_token_request_serves_many_requests_and_a_cold_burst(gateway: 
     path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
     burst = await asyncio.gather(*(user.call("GET", path) for _ in range(8)))
     assert [r.status for r in burst] == [200] * 8
+    checkouts = metric(await metrics_text(gateway), "tenant_gateway_database_checkouts_total")
     for _ in range(20):
         assert (await user.call("GET", path)).status == 200
     text = await metrics_text(gateway)
     assert metric(text, 'tenant_gateway_token_requests_total{result="success"}') == 1
     assert metric(text, "tenant_gateway_token_cache_hits_total") >= 20
+    # Warm requests are served from the session, workspace and token caches alone.
+    assert metric(text, "tenant_gateway_database_checkouts_total") == checkouts
 
 
 async def test_cookie_sessions_need_csrf_for_proxied_writes(gateway: Any) -> None:
