@@ -1,7 +1,8 @@
 """Everything a benchmark run needs, started side by side on loopback: the
 local control plane, an embedded PostgreSQL, the gateway as its own process
 (so its CPU, memory and descriptors can be read from /proc), `kubectl proxy`,
-and one tenant whose ServiceAccount every target uses."""
+the bare aiohttp relay (bench/floor_relay.py), and one tenant whose
+ServiceAccount every target uses."""
 
 from __future__ import annotations
 
@@ -59,9 +60,13 @@ class Stack:
     cluster: LocalCluster | None = None
     gateway: subprocess.Popen[bytes] | None = None
     kubectl_proxy: subprocess.Popen[bytes] | None = None
+    floor_relay: subprocess.Popen[bytes] | None = None
     gateway_url: str = ""
     proxy_url: str = ""
+    floor_url: str = ""
     ca_file: Path = Path()
+    tls_files: tuple[Path, Path] = (Path(), Path())
+    """The gateway's serving certificate and key (the floor relay serves with them too)."""
     database_url: str = ""
     cluster_start_seconds: float = 0.0
     """Time to a ready control plane with cached binaries (the foundation's < 30 s)."""
@@ -80,6 +85,7 @@ class Stack:
         ca.write(tls, "ca")
         cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1",)).write(tls, "gateway")
         self.ca_file = tls / "ca.crt"
+        self.tls_files = (cert, key)
         port = free_port()
         env = {
             **os.environ,
@@ -118,8 +124,26 @@ class Stack:
                 time.sleep(0.1)
         raise RuntimeError("kubectl proxy did not start")
 
+    def start_floor_relay(self, tenant: Tenant) -> None:
+        assert self.cluster is not None
+        port = free_port()
+        cert, key = self.tls_files
+        env = {**os.environ, "FLOOR_PORT": str(port), "FLOOR_UPSTREAM": self.cluster.server,
+               "FLOOR_UPSTREAM_CA": str(self.cluster.ca_file), "FLOOR_TOKEN": tenant.sa_token,
+               "FLOOR_TLS_CERT": str(cert), "FLOOR_TLS_KEY": str(key)}
+        self.floor_relay = subprocess.Popen([sys.executable, "-m", "bench.floor_relay"], env=env,
+                                            stdout=subprocess.DEVNULL, stderr=open(self.root / "floor.log", "wb"))
+        self.floor_url = f"https://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("the floor relay did not start")
+
     def stop(self) -> None:
-        for process in (self.kubectl_proxy, self.gateway):
+        for process in (self.kubectl_proxy, self.floor_relay, self.gateway):
             if process is not None and process.poll() is None:
                 process.terminate()
                 try:
@@ -151,8 +175,10 @@ class Stack:
         assert self.gateway is not None
         return psutil.Process(self.gateway.pid)
 
-    def gateway_cpu_seconds(self) -> float:
-        times = self.gateway_process().cpu_times()
+    @staticmethod
+    def cpu_seconds(process: subprocess.Popen[bytes] | None) -> float:
+        assert process is not None
+        times = psutil.Process(process.pid).cpu_times()
         return float(times.user + times.system)
 
     def gateway_rss_mib(self) -> float:
