@@ -38,6 +38,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_for_port(port: int, what: str) -> None:
+    for _ in range(100):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not start")
+
+
 def raise_fd_limit() -> int:
     """Thousands of watches need thousands of descriptors in every process."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -116,13 +126,7 @@ class Stack:
             [str(self.cluster.kubectl), f"--kubeconfig={config}", "proxy", f"--port={port}", "--address=127.0.0.1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.proxy_url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("kubectl proxy did not start")
+        wait_for_port(port, "kubectl proxy")
 
     def start_floor_relay(self, tenant: Tenant) -> None:
         assert self.cluster is not None
@@ -134,13 +138,7 @@ class Stack:
         self.floor_relay = subprocess.Popen([sys.executable, "-m", "bench.floor_relay"], env=env,
                                             stdout=subprocess.DEVNULL, stderr=open(self.root / "floor.log", "wb"))
         self.floor_url = f"https://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("the floor relay did not start")
+        wait_for_port(port, "the floor relay")
 
     def stop(self) -> None:
         for process in (self.kubectl_proxy, self.floor_relay, self.gateway):
