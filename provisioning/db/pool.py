@@ -69,10 +69,10 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        if self._on_checkout is not None:
-            self._on_checkout()
         try:
             async with self.pool.acquire(timeout=_COMMAND_TIMEOUT) as connection:
+                if self._on_checkout is not None:
+                    self._on_checkout()
                 yield connection
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error

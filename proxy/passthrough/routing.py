@@ -141,7 +141,9 @@ def _deny(method: str, reason: str) -> Decision:
     return Decision("deny", is_write=method in _WRITES, reason=reason)
 
 
-@functools.lru_cache(maxsize=1024)
+# UIs poll the same few paths. Small on purpose: a key can be a 16 KiB request
+# line, so 256 entries bound the cache at a few MiB even under hostile URLs.
+@functools.lru_cache(maxsize=256)
 def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Decision:
     """Decide one request. `raw_path` and `raw_query` are what follows
     `/k8s/{workspace_id}` on the wire, split at the first `?`; `namespace` is
