@@ -67,14 +67,10 @@ async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: st
     objects = await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest))
     made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(rest, objects)}
 
-    async with db.transaction() as connection:
-        done = await repo.set_workspace_state(connection, workspace.id, "provisioned",
-                                              service_account_uid=made["ServiceAccount"], only_from="provisioning")
-        if done is not None:
-            await repo.record_audit(connection, AuditEvent(
-                "InitWorkspace", user.id, workspace.id, ip_address,
-                {"namespace": namespace, "tier": tier.name, "objects": sorted(made)},
-            ))
+    done = await repo.finish_provisioning(db, workspace.id, made["ServiceAccount"], AuditEvent(
+        "InitWorkspace", user.id, workspace.id, ip_address,
+        {"namespace": namespace, "tier": tier.name, "objects": sorted(made)},
+    ))
     if done is None:  # a concurrent call finished first
         current = await repo.get_workspace(db, workspace.id)
         return Onboarded(current or workspace, tier, provisioned_now=False)

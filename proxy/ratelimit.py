@@ -23,9 +23,14 @@ def retry_after(hits: int, seconds_left: float, limit: RateLimit) -> int | None:
     return max(1, math.ceil(seconds_left))
 
 
-async def enforce(db: Database, metrics: Metrics, name: str, subject: str, limit: RateLimit) -> None:
-    hits, seconds_left = await repo.count_hit(db, f"{name}:{subject}", limit.window_seconds)
-    wait = retry_after(hits, seconds_left, limit)
-    if wait is not None:
+async def enforce(db: Database, metrics: Metrics, limit: RateLimit, subjects: dict[str, str]) -> None:
+    """Count this request against each named limit (name -> subject) and
+    refuse it if any is exceeded, with the longest wait among them."""
+    keys = {f"{name}:{subject}": name for name, subject in subjects.items()}
+    counted = await repo.count_hits(db, list(keys), limit.window_seconds)
+    exceeded = {keys[key]: wait for key, (hits, seconds_left) in counted.items()
+                if (wait := retry_after(hits, seconds_left, limit)) is not None}
+    if exceeded:
+        name = max(exceeded, key=lambda n: exceeded[n])
         metrics.rate_limited.labels(limit=name).inc()
-        raise RateLimited(wait, f"too many {name} requests; retry in {wait} s")
+        raise RateLimited(exceeded[name], f"too many {name} requests; retry in {exceeded[name]} s")

@@ -134,19 +134,39 @@ async def all_workspaces(db: Database) -> list[Workspace]:
 
 
 async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid.UUID, status: str,
-                              service_account_uid: str | None = None,
-                              only_from: str | None = None) -> Workspace | None:
-    """Change status (and the ServiceAccount UID when given) and tell every
-    replica. With `only_from`, change nothing unless the row is in that state,
-    so of two racing callers exactly one sees the transition."""
+                              service_account_uid: str | None = None) -> Workspace | None:
+    """Change status (and the ServiceAccount UID when given) and tell every replica."""
     row = await connection.fetchrow(
         """UPDATE workspaces SET status = $2, k8s_sa_uid = COALESCE($3, k8s_sa_uid), updated_at = now()
-           WHERE id = $1 AND ($4::text IS NULL OR status = $4) RETURNING *""",
-        workspace_id, status, service_account_uid, only_from,
+           WHERE id = $1 RETURNING *""",
+        workspace_id, status, service_account_uid,
     )
     if row is not None:
         await notify(connection, {"kind": "workspace_changed", "id": str(workspace_id), "status": status,
                                   "namespace": row["k8s_namespace"]})
+    return _workspace(row) if row else None
+
+
+async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_account_uid: str,
+                              event: AuditEvent) -> Workspace | None:
+    """`provisioning` -> `provisioned`, its audit row and the replicas' event,
+    all or nothing in one statement (one round trip, one commit instead of
+    five). None when the row was not `provisioning`: of two racing callers,
+    exactly one sees the transition, and only its audit row is written."""
+    row = await db.fetchrow(
+        """WITH done AS (
+               UPDATE workspaces SET status = 'provisioned', k8s_sa_uid = $2, updated_at = now()
+               WHERE id = $1 AND status = 'provisioning' RETURNING *),
+           audited AS (
+               INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+               SELECT $3, $4, done.id, $5, $6::inet, $7::jsonb FROM done),
+           told AS (SELECT pg_notify($8, json_build_object('kind', 'workspace_changed', 'id', id::text,
+                                                          'status', status, 'namespace', k8s_namespace)::text)
+                    FROM done)
+           SELECT done.*, (SELECT count(*) FROM told) AS told FROM done""",
+        workspace_id, service_account_uid, uuid.uuid4(), event.user_id, event.action, event.ip_address,
+        json.dumps(event.details, default=str), EVENTS_CHANNEL,
+    )
     return _workspace(row) if row else None
 
 
@@ -200,22 +220,24 @@ async def query_audit(db: Database, *, workspace_id: uuid.UUID | None = None, us
 
 # -- rate limits --------------------------------------------------------------
 
-async def count_hit(db: Database, key: str, window_seconds: int) -> tuple[int, float]:
-    """Count one event in `key`'s current fixed window.
+async def count_hits(db: Database, keys: list[str], window_seconds: int) -> dict[str, tuple[int, float]]:
+    """Count one event in each key's current fixed window.
 
-    Returns the hits in the window so far and the seconds until it ends. One
-    statement, so concurrent replicas never lose a count.
+    Returns, per key, the hits in the window so far and the seconds until it
+    ends. One statement for all keys: concurrent replicas never lose a count,
+    and a request limited on two keys (user and address) pays one round trip.
+    Keys are locked in sorted order so two such requests cannot deadlock.
     """
-    row = await db.fetchrow(
-        """INSERT INTO rate_limits AS r (key, window_start, hits) VALUES ($1, now(), 1)
+    rows = await db.fetch(
+        """INSERT INTO rate_limits AS r (key, window_start, hits)
+           SELECT key, now(), 1 FROM unnest($1::text[]) AS key ORDER BY key
            ON CONFLICT (key) DO UPDATE SET
              hits = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE r.hits + 1 END,
              window_start = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN now() ELSE r.window_start END
-           RETURNING hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining""",
-        key, window_seconds,
+           RETURNING key, hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining""",
+        sorted(set(keys)), window_seconds,
     )
-    assert row is not None
-    return int(row["hits"]), float(row["remaining"])
+    return {r["key"]: (int(r["hits"]), float(r["remaining"])) for r in rows}
 
 
 # -- cross-replica events ------------------------------------------------------

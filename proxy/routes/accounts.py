@@ -38,7 +38,8 @@ async def register(request: web.Request) -> web.Response:
     body = await read_json(request)
     email = valid_email(body.get("email"))
     password = passwords.check_policy(body.get("password"), email)
-    await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], "register", ip or "unknown", settings.rate_register)
+    await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], settings.rate_register,
+                            {"register": ip or "unknown"})
     user = await repo.create_user(app[keys.DATABASE], email, await passwords.hash_password(password))
     await repo.record_audit(app[keys.DATABASE], AuditEvent("Register", user.id, None, ip, {"email": user.email}))
     return web.json_response({"id": str(user.id), "email": user.email}, status=201)
@@ -60,8 +61,8 @@ async def login(request: web.Request) -> web.Response:
     email, password = body.get("email"), body.get("password")
     if not isinstance(email, str) or not isinstance(password, str) or len(password) > passwords.MAX_LENGTH:
         raise BadRequest("email and password are required strings", code="invalid_credentials_format")
-    await ratelimit.enforce(db, app[keys.METRICS], "login", ip or "unknown", settings.rate_login)
-    await ratelimit.enforce(db, app[keys.METRICS], "login-email", email.strip().lower(), settings.rate_login)
+    await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login,
+                            {"login": ip or "unknown", "login-email": email.strip().lower()})
     found = await repo.user_with_hash_by_email(db, email.strip())
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)

@@ -30,8 +30,8 @@ async def init_workspace(request: web.Request) -> web.Response:
         raise BadRequest("tier must be a string", code="unknown_tier")
     if tier not in settings.tiers:
         raise BadRequest(f"unknown tier {tier!r}; known: {', '.join(sorted(settings.tiers))}", code="unknown_tier")
-    await ratelimit.enforce(db, app[keys.METRICS], "init", str(who.user.id), settings.rate_init)
-    await ratelimit.enforce(db, app[keys.METRICS], "init-address", ip or "unknown", settings.rate_init)
+    await ratelimit.enforce(db, app[keys.METRICS], settings.rate_init,
+                            {"init": str(who.user.id), "init-address": ip or "unknown"})
     result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
                                       cluster_role=settings.tenant_clusterrole, ip_address=ip)
     return web.json_response(result.workspace.public(result.tier.summary()),

@@ -143,6 +143,16 @@ async def test_login_is_rate_limited(make_gateway: Any) -> None:
     assert limited.status == 429 and "Retry-After" in limited.headers
 
 
+async def test_login_is_limited_per_address_as_well_as_per_email(make_gateway: Any) -> None:
+    """Both keys are counted by one statement: new emails from one address run out too."""
+    client = await make_gateway(GATEWAY_RATE_LOGIN="3/60")
+    for _ in range(3):
+        answer = await client.post("/api/v1/auth/login", json={"email": unique_email(), "password": "wrong password!!"})
+        assert answer.status == 401
+    limited = await client.post("/api/v1/auth/login", json={"email": unique_email(), "password": "wrong password!!"})
+    assert await error_of(limited) == (429, "rate_limited")
+
+
 async def test_rate_limits_hold_across_replicas(make_gateway: Any) -> None:
     """Two gateway apps on one database share one counter."""
     first = await make_gateway(GATEWAY_RATE_REGISTER="2/3600")

@@ -4,6 +4,7 @@ register -> login -> init -> kubeconfig -> kubectl -> suspend -> resume."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -126,13 +127,32 @@ async def assert_no_token_in_database(database_url: str, tokens: list[str]) -> N
         await connection.close()
 
 
-async def test_init_is_idempotent_and_concurrent_inits_make_one_workspace(cluster: LocalCluster, gateway: Any) -> None:
+async def test_init_is_idempotent_and_concurrent_inits_make_one_workspace(cluster: LocalCluster, gateway: Any,
+                                                                          database_url: str) -> None:
     carol = await register_and_login(gateway)
-    answers = await asyncio.gather(*(carol.call("POST", "/api/v1/workspaces/init", json={}) for _ in range(6)))
+    events: list[dict[str, Any]] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener("tenant_gateway_events", lambda *args: events.append(json.loads(args[3])))
+    try:
+        answers = await asyncio.gather(*(carol.call("POST", "/api/v1/workspaces/init", json={}) for _ in range(6)))
+        # Notifications arrive after the commit, so shortly after the answers.
+        for _ in range(50):
+            if any(e.get("status") == "provisioned" for e in events):
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
+    finally:
+        await listener.close()
     statuses = sorted(a.status for a in answers)
     bodies = [await a.json() for a in answers]
     assert statuses.count(201) == 1 and statuses.count(200) == 5, statuses
     assert len({b["id"] for b in bodies}) == 1
+    # Only the call that completed the workspace audits it and tells the replicas.
+    assert events.count({"kind": "workspace_changed", "id": bodies[0]["id"], "status": "provisioned",
+                         "namespace": f"tenant-{carol.user_id}"}) == 1, events
+    root = await admin_session(gateway, database_url)
+    audit = await (await root.call("GET", f"/api/v1/audit?workspace_id={bodies[0]['id']}")).json()
+    assert [row["action"] for row in audit] == ["InitWorkspace"]
     again = await carol.init()
     assert again["id"] == bodies[0]["id"]
     listed = await (await carol.call("GET", "/api/v1/workspaces")).json()
