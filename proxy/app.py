@@ -87,6 +87,8 @@ async def _on_response_prepare(request: web.Request, response: web.StreamRespons
         headers["X-Request-Id"] = request[keys.REQUEST_ID]
     for name, value in _SECURITY_HEADERS.items():
         headers.setdefault(name, value)
+    # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
+    headers["Server"] = "tenant-gateway"
     if not request.path.startswith("/k8s/"):
         headers.setdefault("Content-Security-Policy", _API_CSP)
     origin = request.headers.get("Origin")

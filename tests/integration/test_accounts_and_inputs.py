@@ -168,6 +168,23 @@ async def test_registration_can_be_turned_off(make_gateway: Any) -> None:
     assert await error_of(answer) == (403, "registration_disabled")
 
 
+@pytest.mark.parametrize("method, path, status", [
+    ("GET", "/healthz", 200),
+    ("GET", "/api/v1/workspaces", 401),
+    ("GET", "/no/such/route", 404),
+    ("GET", f"/k8s/{uuid.UUID(int=1)}/api/v1/namespaces", 401),
+])
+async def test_every_answer_is_hardened_and_names_no_versions(gateway: Any, method: str, path: str,
+                                                              status: int) -> None:
+    answer = await gateway.request(method, path)
+    assert answer.status == status
+    assert answer.headers["Server"] == "tenant-gateway"
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"
+    assert answer.headers["X-Frame-Options"] == "DENY"
+    assert answer.headers["Referrer-Policy"] == "no-referrer"
+    assert answer.headers["X-Request-Id"]
+
+
 async def test_cors_allows_exact_origins_only(make_gateway: Any) -> None:
     client = await make_gateway(GATEWAY_CORS_ORIGINS="https://ui.example.test")
     allowed = await client.options("/api/v1/me", headers={"Origin": "https://ui.example.test",
