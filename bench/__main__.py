@@ -231,6 +231,11 @@ async def timed_calls(count: int, concurrency: int, call: Callable[[int], Awaita
     return {"rate": count / seconds, "p50_ms": pct(latencies, 0.5) * 1000, "p99_ms": pct(latencies, 0.99) * 1000}
 
 
+def medians_of_rounds(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    return {name: {k: median([r[k] for r in results]) for k in ("rate", "p50_ms", "p99_ms")}
+            for name, results in rounds.items()}
+
+
 def gateway_identity_session(stack: Stack) -> aiohttp.ClientSession:
     """The gateway's own client certificate: the 'raw' rate of its API calls."""
     import ssl
@@ -247,7 +252,6 @@ async def issuance(stack: Stack, targets: Targets) -> dict[str, Any]:
     tenant, count = targets.tenant, 50 if QUICK else 300
     server = stack.cluster.server
     headers = {"Authorization": f"Bearer {tenant.session_token}"}
-    out: dict[str, Any] = {}
     async with stack.session() as gw, gateway_identity_session(stack) as raw:
         async def via_gateway(_i: int) -> None:
             async with gw.get(f"{stack.gateway_url}/api/v1/workspaces/credentials/kubeconfig", headers=headers) as r:
@@ -263,9 +267,7 @@ async def issuance(stack: Stack, targets: Targets) -> dict[str, Any]:
         rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "raw": []}
         for name in interleaved(["gateway", "raw"], ROUNDS):
             rounds[name].append(await timed_calls(count // ROUNDS, 8, via_gateway if name == "gateway" else raw_token))
-        for name, results in rounds.items():
-            out[name] = {k: median([r[k] for r in results]) for k in ("rate", "p50_ms", "p99_ms")}
-    return out
+    return medians_of_rounds(rounds)
 
 
 async def onboarding(stack: Stack) -> dict[str, Any]:
@@ -273,31 +275,32 @@ async def onboarding(stack: Stack) -> dict[str, Any]:
     from provisioning.tiers import DEFAULT_TIERS
 
     assert stack.cluster is not None
-    count = 10 if QUICK else 40
+    per_round = 10 if QUICK else 20
     async with stack.session() as gw, gateway_identity_session(stack) as raw:
         tokens = []
-        for _ in range(count):
+        for _ in range(per_round * ROUNDS):
             email = f"onb-{random.randrange(1 << 40)}@example.test"
             await (await gw.post(f"{stack.gateway_url}/api/v1/auth/register", json={"email": email, "password": "benchmark passphrase 1"})).read()
             async with gw.post(f"{stack.gateway_url}/api/v1/auth/login", json={"email": email, "password": "benchmark passphrase 1"}) as r:
                 tokens.append((await r.json())["token"])
+        unused = iter(tokens)
         statuses: list[str] = []
 
-        async def via_gateway(i: int) -> None:
+        async def via_gateway(_i: int) -> None:
             async with gw.post(f"{stack.gateway_url}/api/v1/workspaces/init", json={},
-                               headers={"Authorization": f"Bearer {tokens[i]}"}) as r:
+                               headers={"Authorization": f"Bearer {next(unused)}"}) as r:
                 statuses.append((await r.json())["status"])
 
-        async def raw_creates(i: int) -> None:
+        async def raw_creates(_i: int) -> None:
             ns = f"rawbench-{random.randrange(1 << 40)}"
             for step in manifests.onboarding_steps(ns, "bench", DEFAULT_TIERS["basic"], "tenant-admin"):
                 async with raw.post(stack.cluster.server + step.collection, json=step.body) as r:  # type: ignore[union-attr]
                     assert r.status == 201, await r.text()
 
-        gateway_result = await timed_calls(count, 4, via_gateway)
-        raw_result = await timed_calls(count, 4, raw_creates)
-    return {"gateway": gateway_result, "raw": raw_result,
-            "half_made": sum(1 for s in statuses if s != "provisioned")}
+        rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "raw": []}
+        for name in interleaved(["gateway", "raw"], ROUNDS):
+            rounds[name].append(await timed_calls(per_round, 4, via_gateway if name == "gateway" else raw_creates))
+    return {**medians_of_rounds(rounds), "half_made": sum(1 for s in statuses if s != "provisioned")}
 
 
 async def cold_burst(stack: Stack) -> dict[str, Any]:
