@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator, Callable
 
 import asyncpg
 
-from provisioning.errors import DatabaseUnavailable
+from provisioning.errors import BadRequest, DatabaseUnavailable
 
 # Short enough that a hung database turns into a 503 before a client gives up.
 _COMMAND_TIMEOUT = 5.0
@@ -76,6 +76,10 @@ class Database:
                 yield connection
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
+        except asyncpg.exceptions.CharacterNotInRepertoireError:
+            # PostgreSQL text cannot hold U+0000, which JSON escapes and
+            # percent-encoding can both carry in: the client's input, not a fault.
+            raise BadRequest("text must not contain NUL characters", code="invalid_text") from None
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
