@@ -10,24 +10,36 @@ from __future__ import annotations
 import ipaddress
 
 
-def _normalise(text: str) -> str | None:
+def canonical(text: str) -> str | None:
+    """One spelling per address (ports, brackets and zones dropped, IPv4-mapped
+    IPv6 as IPv4), or None for anything that is not an IP address."""
     text = text.strip()
     if text.startswith("[") and "]" in text:  # [v6]:port
         text = text[1:text.index("]")]
     elif text.count(":") == 1:  # v4:port
         text = text.split(":", 1)[0]
     try:
-        return str(ipaddress.ip_address(text))
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    # A link-local IPv6 peer arrives as "fe80::1%eth0": the zone names an
+    # interface of this host, says nothing about the client, and is not
+    # valid in PostgreSQL's inet (the audit column).
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.scope_id:
+            address = ipaddress.IPv6Address(text.split("%", 1)[0])
+        # A dual-stack listener sees IPv4 peers as ::ffff:a.b.c.d; trusted
+        # proxies are configured, and audited, by their IPv4 address.
+        address = address.ipv4_mapped or address
+    return str(address)
 
 
 def client_address(peer: str | None, forwarded_for: str | None, trusted: frozenset[str]) -> str | None:
-    address = _normalise(peer) if peer else None
+    address = canonical(peer) if peer else None
     if address is None or address not in trusted or not forwarded_for:
         return address
     for hop in reversed(forwarded_for.split(",")):
-        candidate = _normalise(hop)
+        candidate = canonical(hop)
         if candidate is None:
             return address  # garbage in the chain: believe only the socket
         if candidate not in trusted:

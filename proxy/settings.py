@@ -9,7 +9,6 @@ uses the same key names.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from provisioning.secrets import Secret
 from provisioning.tiers import DEFAULT_TIERS, Tier, parse_tiers
+from proxy.addresses import canonical
 
 MAX_TOKEN_TTL_SECONDS = 7200
 # The API server refuses TokenRequests shorter than this (422).
@@ -143,10 +143,10 @@ def _origins(text: str) -> tuple[str, ...]:
 def _addresses(text: str) -> frozenset[str]:
     found = set()
     for item in (a.strip() for a in text.split(",") if a.strip()):
-        try:
-            found.add(str(ipaddress.ip_address(item)))
-        except ValueError:
-            raise SettingsError(f"GATEWAY_TRUSTED_PROXIES entry {item!r} is not an IP address") from None
+        address = canonical(item)
+        if address is None:
+            raise SettingsError(f"GATEWAY_TRUSTED_PROXIES entry {item!r} is not an IP address")
+        found.add(address)
     return frozenset(found)
 
 

@@ -66,6 +66,11 @@ def test_yaml_config_and_environment_precedence() -> None:
         load_settings({}, "GATEWAY_NOPE: 1\n")
 
 
+def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
+    settings = load_settings({**DB, "GATEWAY_TRUSTED_PROXIES": "::ffff:10.0.0.1, 2001:DB8::1"})
+    assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
+
+
 def test_secrets_do_not_print() -> None:
     settings = load_settings(DB)
     assert "p@db" not in repr(settings) and "x" * 32 not in repr(settings)
@@ -141,6 +146,9 @@ def test_csrf_is_bound_to_the_session() -> None:
     ("10.0.0.1", "198.51.100.1, 10.0.0.2", "198.51.100.1"),  # skip trusted hops
     ("10.0.0.1", "garbage", "10.0.0.1"),
     ("10.0.0.1", None, "10.0.0.1"),
+    ("fe80::1%eth0", None, "fe80::1"),  # the zone is this host's interface, not the client
+    ("10.0.0.1", "[fe80::2%25eth0]:443, fe80::3%lo", "fe80::3"),
+    ("::ffff:10.0.0.1", "198.51.100.1", "198.51.100.1"),  # dual-stack: the mapped trusted proxy
 ])
 def test_client_address(peer: str, xff: str | None, expected: str) -> None:
     assert client_address(peer, xff, frozenset({"10.0.0.1", "10.0.0.2"})) == expected
