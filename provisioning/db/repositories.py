@@ -17,6 +17,7 @@ from provisioning.db.pool import Database
 from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, User, Workspace
 
+# Also named in migration 0003, whose trigger publishes workspace changes.
 EVENTS_CHANNEL = "tenant_gateway_events"
 
 
@@ -135,37 +136,32 @@ async def all_workspaces(db: Database) -> list[Workspace]:
 
 async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid.UUID, status: str,
                               service_account_uid: str | None = None) -> Workspace | None:
-    """Change status (and the ServiceAccount UID when given) and tell every replica."""
+    """Change status (and the ServiceAccount UID when given). The table's
+    trigger (migration 0003) tells every replica when the transaction commits."""
     row = await connection.fetchrow(
         """UPDATE workspaces SET status = $2, k8s_sa_uid = COALESCE($3, k8s_sa_uid), updated_at = now()
            WHERE id = $1 RETURNING *""",
         workspace_id, status, service_account_uid,
     )
-    if row is not None:
-        await notify(connection, {"kind": "workspace_changed", "id": str(workspace_id), "status": status,
-                                  "namespace": row["k8s_namespace"]})
     return _workspace(row) if row else None
 
 
 async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_account_uid: str,
                               event: AuditEvent) -> Workspace | None:
-    """`provisioning` -> `provisioned`, its audit row and the replicas' event,
-    all or nothing in one statement (one round trip, one commit instead of
-    five). None when the row was not `provisioning`: of two racing callers,
-    exactly one sees the transition, and only its audit row is written."""
+    """`provisioning` -> `provisioned` and its audit row, all or nothing in one
+    statement (one round trip, one commit; the trigger tells the replicas).
+    None when the row was not `provisioning`: of two racing callers, exactly
+    one sees the transition, and only its audit row is written."""
     row = await db.fetchrow(
         """WITH done AS (
                UPDATE workspaces SET status = 'provisioned', k8s_sa_uid = $2, updated_at = now()
                WHERE id = $1 AND status = 'provisioning' RETURNING *),
            audited AS (
                INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-               SELECT $3, $4, done.id, $5, $6::inet, $7::jsonb FROM done),
-           told AS (SELECT pg_notify($8, json_build_object('kind', 'workspace_changed', 'id', id::text,
-                                                          'status', status, 'namespace', k8s_namespace)::text)
-                    FROM done)
-           SELECT done.*, (SELECT count(*) FROM told) AS told FROM done""",
+               SELECT $3, $4, done.id, $5, $6::inet, $7::jsonb FROM done)
+           SELECT * FROM done""",
         workspace_id, service_account_uid, uuid.uuid4(), event.user_id, event.action, event.ip_address,
-        json.dumps(event.details, default=str), EVENTS_CHANNEL,
+        json.dumps(event.details, default=str),
     )
     return _workspace(row) if row else None
 
