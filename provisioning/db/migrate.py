@@ -1,7 +1,10 @@
 """Apply the SQL files in migrations/ in order, once each.
 
 Replicas may start together: the advisory lock makes exactly one of them
-migrate while the others wait, then find nothing left to do.
+migrate while the others wait, then find nothing left to do. All pending
+migrations apply in one transaction, and the lock is transaction-level: it
+ends with the commit or rollback, so it can never stay behind on a pooled
+connection, and a failed migration leaves the schema as it was.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ def _migrations() -> list[tuple[str, str]]:
 async def migrate(connection: asyncpg.Connection) -> list[str]:
     """Apply pending migrations; return the names applied."""
     applied_now: list[str] = []
-    await connection.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
-    try:
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
         await connection.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (name text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
         )
@@ -32,10 +35,7 @@ async def migrate(connection: asyncpg.Connection) -> list[str]:
         for name, sql in _migrations():
             if name in done:
                 continue
-            async with connection.transaction():
-                await connection.execute(sql)
-                await connection.execute("INSERT INTO schema_migrations (name) VALUES ($1)", name)
+            await connection.execute(sql)
+            await connection.execute("INSERT INTO schema_migrations (name) VALUES ($1)", name)
             applied_now.append(name)
-    finally:
-        await connection.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
     return applied_now

@@ -1,0 +1,67 @@
+"""The database pool and migrations against the real PostgreSQL.
+
+The pool releases connections without asyncpg's reset query (one round trip
+saved per query), which is only safe while nothing leaves session state on a
+pooled connection: these tests hold the two places that could.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import AsyncIterator
+
+import asyncpg
+import pytest
+
+from provisioning.db import migrate as migrations
+from provisioning.db.pool import Database
+from tests.conftest import _with_database
+
+
+@pytest.fixture
+async def empty_database(postgres_server_url: str) -> AsyncIterator[Database]:
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    admin = await asyncpg.connect(postgres_server_url)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+    finally:
+        await admin.close()
+    db = await Database.connect(_with_database(postgres_server_url, name), min_size=1, max_size=1)
+    yield db
+    await db.close()
+
+
+async def test_migrations_apply_once_and_leave_no_lock_on_the_pooled_connection(empty_database: Database) -> None:
+    async with empty_database.connection() as connection:
+        applied = await migrations.migrate(connection)
+    assert applied == [name for name, _ in migrations._migrations()]
+    # max_size=1: this is the very connection the migration ran on.
+    async with empty_database.connection() as connection:
+        held = await connection.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+        assert held == 0
+        assert await migrations.migrate(connection) == []
+
+
+async def test_a_failing_migration_leaves_the_schema_as_it_was(empty_database: Database,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(migrations, "_migrations", lambda: [
+        ("0001_good", "CREATE TABLE first_table (id int)"),
+        ("0002_broken", "CREATE TABLE broken ("),
+    ])
+    async with empty_database.connection() as connection:
+        with pytest.raises(asyncpg.PostgresSyntaxError):
+            await migrations.migrate(connection)
+    async with empty_database.connection() as connection:
+        assert await connection.fetchval("SELECT to_regclass('first_table')") is None
+        assert await connection.fetchval("SELECT to_regclass('schema_migrations')") is None
+
+
+async def test_an_abandoned_transaction_is_rolled_back_before_the_connection_is_reused(
+        empty_database: Database) -> None:
+    async with empty_database.connection() as connection:
+        await connection.execute("BEGIN")
+        await connection.execute("CREATE TABLE half_done (id int)")
+    async with empty_database.connection() as connection:
+        assert not connection.is_in_transaction()
+        assert await connection.fetchval("SELECT to_regclass('half_done')") is None
