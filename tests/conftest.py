@@ -90,15 +90,20 @@ def _with_database(url: str, name: str) -> str:
     return f"{base}/{name}" + (f"?{query}" if query else "")
 
 
-@pytest.fixture
-async def database_url(postgres_server_url: str) -> AsyncIterator[str]:
+async def new_database(server_url: str, *, template: str | None = TEMPLATE_DB) -> str:
+    """A fresh database (a copy of the migrated template, or empty); its URL."""
     name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(postgres_server_url)
+    admin = await asyncpg.connect(server_url)
     try:
-        await admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE_DB}")
+        await admin.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
     finally:
         await admin.close()
-    yield _with_database(postgres_server_url, name)
+    return _with_database(server_url, name)
+
+
+@pytest.fixture
+async def database_url(postgres_server_url: str) -> AsyncIterator[str]:
+    yield await new_database(postgres_server_url)
 
 
 @pytest.fixture

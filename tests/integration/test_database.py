@@ -7,7 +7,6 @@ pooled connection: these tests hold the two places that could.
 
 from __future__ import annotations
 
-import uuid
 from typing import AsyncIterator
 
 import asyncpg
@@ -15,18 +14,12 @@ import pytest
 
 from provisioning.db import migrate as migrations
 from provisioning.db.pool import Database
-from tests.conftest import _with_database
+from tests.conftest import new_database
 
 
 @pytest.fixture
 async def empty_database(postgres_server_url: str) -> AsyncIterator[Database]:
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(postgres_server_url)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}")
-    finally:
-        await admin.close()
-    db = await Database.connect(_with_database(postgres_server_url, name), min_size=1, max_size=1)
+    db = await Database.connect(await new_database(postgres_server_url, template=None), min_size=1, max_size=1)
     yield db
     await db.close()
 
