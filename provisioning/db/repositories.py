@@ -17,7 +17,8 @@ from provisioning.db.pool import Database
 from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, User, Workspace
 
-# Also named in migration 0003, whose trigger publishes workspace changes.
+# Also named in migrations 0003 and 0004, whose triggers publish every change
+# to workspaces, users and sessions: no code path sends events itself.
 EVENTS_CHANNEL = "tenant_gateway_events"
 
 
@@ -58,14 +59,13 @@ async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
 
 
 async def set_user_status(db: Database, user_id: uuid.UUID, status: str) -> User | None:
-    """Suspending a user also revokes every session of theirs, on every replica."""
+    """Suspending a user also revokes every session of theirs; the tables'
+    triggers (migration 0004) tell every replica when the transaction commits."""
     async with db.transaction() as connection:
         row = await connection.fetchrow("UPDATE users SET status = $2 WHERE id = $1 RETURNING *", user_id, status)
         if row is not None and status != "active":
             await connection.execute(
                 "UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL", user_id)
-        if row is not None:
-            await notify(connection, {"kind": "user_changed", "id": str(user_id)})
     return _user(row) if row else None
 
 
@@ -93,9 +93,8 @@ async def active_session_user(db: Database, session_id: uuid.UUID) -> User | Non
 
 
 async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
-    async with db.transaction() as connection:
-        await connection.execute("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
-        await notify(connection, {"kind": "session_revoked", "id": str(session_id)})
+    """The table's trigger (migration 0004) tells every replica."""
+    await db.fetchrow("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
 
 
 # -- workspaces ---------------------------------------------------------------
@@ -158,37 +157,38 @@ async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_acc
                WHERE id = $1 AND status = 'provisioning' RETURNING *),
            audited AS (
                INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-               SELECT $3, $4, done.id, $5, $6::inet, $7::jsonb FROM done)
+               SELECT $3, $4, $5, $6, $7::inet, $8::jsonb FROM done)
            SELECT * FROM done""",
-        workspace_id, service_account_uid, uuid.uuid4(), event.user_id, event.action, event.ip_address,
-        json.dumps(event.details, default=str),
+        workspace_id, service_account_uid, *_audit_row(event),
     )
     return _workspace(row) if row else None
 
 
 # -- audit --------------------------------------------------------------------
 
-async def record_audit(connection: asyncpg.Connection | Database, event: AuditEvent) -> uuid.UUID:
-    audit_id = uuid.uuid4()
-    query = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-               VALUES ($1, $2, $3, $4, $5::inet, $6::jsonb)"""
-    args = (audit_id, event.user_id, event.workspace_id, event.action, event.ip_address,
+_INSERT_AUDIT = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+                   VALUES ($1, $2, $3, $4, $5::inet, $6::jsonb)"""
+
+
+def _audit_row(event: AuditEvent) -> tuple[Any, ...]:
+    """A new row's values, in the column order every audit INSERT uses."""
+    return (uuid.uuid4(), event.user_id, event.workspace_id, event.action, event.ip_address,
             json.dumps(event.details, default=str))
+
+
+async def record_audit(connection: asyncpg.Connection | Database, event: AuditEvent) -> uuid.UUID:
+    row = _audit_row(event)
+    audit_id: uuid.UUID = row[0]
     if isinstance(connection, Database):
-        await connection.fetchrow(query, *args)
+        await connection.fetchrow(_INSERT_AUDIT, *row)
     else:
-        await connection.execute(query, *args)
+        await connection.execute(_INSERT_AUDIT, *row)
     return audit_id
 
 
 async def record_audit_batch(db: Database, events: list[AuditEvent]) -> None:
     async with db.connection() as connection:
-        await connection.executemany(
-            """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-               VALUES ($1, $2, $3, $4, $5::inet, $6::jsonb)""",
-            [(uuid.uuid4(), e.user_id, e.workspace_id, e.action, e.ip_address, json.dumps(e.details, default=str))
-             for e in events],
-        )
+        await connection.executemany(_INSERT_AUDIT, [_audit_row(e) for e in events])
 
 
 async def query_audit(db: Database, *, workspace_id: uuid.UUID | None = None, user_id: uuid.UUID | None = None,
@@ -235,9 +235,3 @@ async def count_hits(db: Database, keys: list[str], window_seconds: int) -> dict
     )
     return {r["key"]: (int(r["hits"]), float(r["remaining"])) for r in rows}
 
-
-# -- cross-replica events ------------------------------------------------------
-
-async def notify(connection: asyncpg.Connection, message: dict[str, str]) -> None:
-    """Publish to every replica's listener; delivered when the transaction commits."""
-    await connection.execute("SELECT pg_notify($1, $2)", EVENTS_CHANNEL, json.dumps(message))

@@ -2,17 +2,23 @@
 
 The pool releases connections without asyncpg's reset query (one round trip
 saved per query), which is only safe while nothing leaves session state on a
-pooled connection: these tests hold the two places that could.
+pooled connection: these tests hold the two places that could. Events to
+the replicas come from table triggers; the last test holds their shape.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import json
+import uuid
 from typing import AsyncIterator
 
 import asyncpg
 import pytest
 
 from provisioning.db import migrate as migrations
+from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from tests.conftest import new_database
 
@@ -58,3 +64,32 @@ async def test_an_abandoned_transaction_is_rolled_back_before_the_connection_is_
     async with empty_database.connection() as connection:
         assert not connection.is_in_transaction()
         assert await connection.fetchval("SELECT to_regclass('half_done')") is None
+
+
+async def test_user_and_session_changes_reach_the_replicas_from_the_database(database_url: str) -> None:
+    """Every replica drops cached sessions on these events; they come from the
+    tables' triggers, on commit, whichever statement made the change."""
+    db = await Database.connect(database_url, min_size=1, max_size=2)
+    events: list[dict[str, str]] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener(repo.EVENTS_CHANNEL, lambda *args: events.append(json.loads(args[3])))
+    try:
+        user = await repo.create_user(db, f"{uuid.uuid4().hex}@example.test", "not-a-real-hash")
+        first, second = uuid.uuid4(), uuid.uuid4()
+        for session_id in (first, second):
+            await repo.create_session(db, session_id, user.id, datetime.datetime.now(datetime.timezone.utc)
+                                      + datetime.timedelta(hours=1))
+        await repo.revoke_session(db, first)
+        await repo.revoke_session(db, first)  # already revoked: nothing new to say
+        await repo.set_user_status(db, user.id, "suspended")
+        for _ in range(50):
+            if len(events) >= 3:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+    finally:
+        await listener.close()
+        await db.close()
+    assert events == [{"kind": "session_revoked", "id": str(first)},
+                      {"kind": "user_changed", "id": str(user.id)},
+                      {"kind": "session_revoked", "id": str(second)}]
