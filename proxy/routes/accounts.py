@@ -13,7 +13,7 @@ from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
 from proxy.auth import passwords, sessions
-from proxy.routes.common import admin, client_ip, principal, read_json, uuid_from
+from proxy.routes.common import ID_SEGMENT, admin, client_ip, principal, read_json, uuid_from
 
 routes = web.RouteTableDef()
 
@@ -117,12 +117,12 @@ async def _set_user_status(request: web.Request, status: str, action: str) -> we
     return web.json_response({"id": str(user.id), "status": user.status})
 
 
-@routes.post("/api/v1/users/{id}/suspend")
+@routes.post(f"/api/v1/users/{ID_SEGMENT}/suspend")
 async def suspend_user(request: web.Request) -> web.Response:
     """Ends every session of the user at once; their workspace is suspended separately."""
     return await _set_user_status(request, "suspended", "SuspendUser")
 
 
-@routes.post("/api/v1/users/{id}/resume")
+@routes.post(f"/api/v1/users/{ID_SEGMENT}/resume")
 async def resume_user(request: web.Request) -> web.Response:
     return await _set_user_status(request, "active", "ResumeUser")

@@ -16,6 +16,12 @@ from proxy.auth.authenticating import Principal
 # API bodies are tiny JSON objects; kubeconfig-sized bodies never come this way.
 MAX_JSON_BYTES = 64 * 1024
 
+# A path segment that can only be an id: `/api/v1/workspaces/init` then never
+# matches `/api/v1/workspaces/{id}`, so GET on it is a 405 naming POST, not a
+# lookup of a workspace called "init".
+ID_SEGMENT = "{id:[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}}"
+_TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "no"})
+
 
 async def principal(request: web.Request) -> Principal:
     if keys.PRINCIPAL in request:
@@ -62,8 +68,28 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
 
 
 def uuid_from(text: str | None, what: str) -> uuid.UUID:
-    """Parse an id from a path or query; a malformed id is simply not found."""
+    """Parse the id of a resource from a path or query; a malformed id is simply not found."""
     try:
         return uuid.UUID(str(text))
     except ValueError:
         raise NotFound(f"no such {what}") from None
+
+
+def query_flag(request: web.Request, name: str) -> bool:
+    value = request.query.get(name, "").lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise BadRequest(f"{name} must be true or false", code="invalid_query")
+
+
+def query_uuid(request: web.Request, name: str) -> uuid.UUID | None:
+    """An optional id used as a filter: malformed is a mistake in the query (400), not an empty result."""
+    value = request.query.get(name)
+    if not value:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise BadRequest(f"{name} must be a UUID", code="invalid_query") from None

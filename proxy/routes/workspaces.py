@@ -9,7 +9,7 @@ from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden, NotFound
 from provisioning.models import Workspace
 from proxy import keys, ratelimit
-from proxy.routes.common import admin, client_ip, principal, read_json, uuid_from
+from proxy.routes.common import ID_SEGMENT, admin, client_ip, principal, query_flag, query_uuid, read_json, uuid_from
 
 routes = web.RouteTableDef()
 
@@ -42,7 +42,7 @@ async def init_workspace(request: web.Request) -> web.Response:
 async def list_workspaces(request: web.Request) -> web.Response:
     who = await principal(request)
     db = request.app[keys.DATABASE]
-    everything = request.query.get("all", "").lower() in ("1", "true", "yes")
+    everything = query_flag(request, "all")
     if everything and not who.user.is_admin:
         raise Forbidden("only administrators may list every workspace", code="admin_required")
     found = await (repo.all_workspaces(db) if everything else repo.workspaces_of(db, who.user.id))
@@ -68,7 +68,7 @@ async def kubeconfig(request: web.Request) -> web.Response:
     })
 
 
-@routes.get("/api/v1/workspaces/{id}")
+@routes.get(f"/api/v1/workspaces/{ID_SEGMENT}")
 async def get_workspace(request: web.Request) -> web.Response:
     who = await principal(request)
     workspace = await repo.get_workspace(request.app[keys.DATABASE], uuid_from(request.match_info["id"], "workspace"))
@@ -77,7 +77,7 @@ async def get_workspace(request: web.Request) -> web.Response:
     return web.json_response(_with_quota(request, workspace))
 
 
-@routes.post("/api/v1/workspaces/{id}/suspend")
+@routes.post(f"/api/v1/workspaces/{ID_SEGMENT}/suspend")
 async def suspend_workspace(request: web.Request) -> web.Response:
     who = await admin(request)
     app = request.app
@@ -87,7 +87,7 @@ async def suspend_workspace(request: web.Request) -> web.Response:
     return web.json_response({"id": str(workspace.id), "status": workspace.status})
 
 
-@routes.post("/api/v1/workspaces/{id}/resume")
+@routes.post(f"/api/v1/workspaces/{ID_SEGMENT}/resume")
 async def resume_workspace(request: web.Request) -> web.Response:
     who = await admin(request)
     app = request.app
@@ -107,8 +107,8 @@ async def audit(request: web.Request) -> web.Response:
         raise BadRequest("limit must be a number", code="invalid_limit") from None
     rows = await repo.query_audit(
         request.app[keys.DATABASE],
-        workspace_id=uuid_from(query["workspace_id"], "workspace") if query.get("workspace_id") else None,
-        user_id=uuid_from(query["user_id"], "user") if query.get("user_id") else None,
+        workspace_id=query_uuid(request, "workspace_id"),
+        user_id=query_uuid(request, "user_id"),
         action=query.get("action") or None,
         limit=limit,
     )

@@ -124,6 +124,22 @@ async def test_workspace_routes_bad_input(gateway: Any, database_url: str) -> No
     assert (await error_of(await gateway.delete("/api/v1/me")))[0] == 405
 
 
+async def test_malformed_queries_are_400_and_literal_paths_are_not_ids(gateway: Any, database_url: str) -> None:
+    """Found by schemathesis against the OpenAPI document: a filter that is not
+    what it claims to be is a mistake to report, not a value to guess at."""
+    user = await register_and_login(gateway)
+    root = await admin_session(gateway, database_url)
+    assert await error_of(await user.call("GET", "/api/v1/workspaces?all=maybe")) == (400, "invalid_query")
+    assert (await user.call("GET", "/api/v1/workspaces?all=false")).status == 200
+    for query in ("workspace_id=nope", "user_id=1", f"user_id={uuid.uuid4()}x"):
+        assert await error_of(await root.call("GET", f"/api/v1/audit?{query}")) == (400, "invalid_query"), query
+    assert (await root.call("GET", f"/api/v1/audit?user_id={root.user_id}")).status == 200
+    # `init` and `credentials` are literal segments, never looked up as workspace ids.
+    wrong_method = await user.call("GET", "/api/v1/workspaces/init")
+    assert (await error_of(wrong_method))[0] == 405 and wrong_method.headers["Allow"] == "POST"
+    assert (await error_of(await user.call("GET", "/api/v1/workspaces/credentials")))[0] == 404
+
+
 async def test_init_is_rate_limited_per_user_with_retry_after(make_gateway: Any) -> None:
     client = await make_gateway(GATEWAY_RATE_INIT="2/3600")
     user = await register_and_login(client)
