@@ -4,9 +4,13 @@ compares it with the routes the application actually registers."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from aiohttp import web
+
+from proxy import keys
+from proxy.auth.passwords import MAX_LENGTH, MIN_LENGTH
 
 routes = web.RouteTableDef()
 
@@ -15,11 +19,14 @@ _SESSION: list[dict[str, list[str]]] = [{"bearer": []}, {"cookie": []}]
 
 
 def _op(summary: str, ok: int, *, body: str | None = None, auth: bool = True, errors: tuple[int, ...] = (),
-        ok_type: str = "application/json", params: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        ok_type: str = "application/json", params: list[dict[str, Any]] | None = None,
+        also_ok: dict[int, str] | None = None) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "summary": summary,
         "responses": {str(ok): {"description": "success", "content": {ok_type: {}}} if ok != 204 else {"description": "success"}},
     }
+    for status, description in (also_ok or {}).items():
+        operation["responses"][str(status)] = {"description": description, "content": {ok_type: {}}}
     for status in errors:
         operation["responses"][str(status)] = _ERROR
     if auth:
@@ -37,8 +44,9 @@ def _path_id(name: str = "id") -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
 
-def _query(name: str, schema_type: str = "string") -> dict[str, Any]:
-    return {"name": name, "in": "query", "required": False, "schema": {"type": schema_type}}
+def _query(name: str, schema_type: str = "string", *, fmt: str | None = None) -> dict[str, Any]:
+    schema = {"type": schema_type} | ({"format": fmt} if fmt else {})
+    return {"name": name, "in": "query", "required": False, "schema": schema}
 
 
 DOCUMENT: dict[str, Any] = {
@@ -52,8 +60,9 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/auth/logout": {"post": _op("End the session everywhere", 204, errors=(403, 503))},
         "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(503,))},
         "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
-                                                errors=(400, 403, 429, 503))},
-        "/api/v1/workspaces": {"get": _op("List workspaces", 200, errors=(403,), params=[_query("all", "boolean")])},
+                                                errors=(400, 403, 429, 503),
+                                                also_ok={200: "already onboarded: the same workspace"})},
+        "/api/v1/workspaces": {"get": _op("List workspaces", 200, errors=(400, 403), params=[_query("all", "boolean")])},
         "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(404,), params=[_path_id()])},
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
             "Issue a 2-hour kubeconfig", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
@@ -66,8 +75,9 @@ DOCUMENT: dict[str, Any] = {
                                                    errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/users/{id}/resume": {"post": _op("Let a suspended user log in again (admin)", 200,
                                                   errors=(403, 404, 503), params=[_path_id()])},
-        "/api/v1/audit": {"get": _op("Audit rows, newest first (admin)", 200, errors=(403,), params=[
-            _query("workspace_id"), _query("user_id"), _query("action"), _query("limit", "integer")])},
+        "/api/v1/audit": {"get": _op("Audit rows, newest first (admin)", 200, errors=(400, 403), params=[
+            _query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"), _query("action"),
+            _query("limit", "integer")])},
         "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},
         "/healthz": {"get": _op("Liveness", 200, auth=False)},
         "/readyz": {"get": _op("Readiness: database and API server reachable", 200, auth=False, errors=(503,))},
@@ -85,7 +95,10 @@ DOCUMENT: dict[str, Any] = {
         },
         "schemas": {
             "Credentials": {"type": "object", "required": ["email", "password"], "properties": {
-                "email": {"type": "string", "format": "email"}, "password": {"type": "string", "minLength": 10}}},
+                "email": {"type": "string", "format": "email"},
+                "password": {"type": "string", "minLength": MIN_LENGTH, "maxLength": MAX_LENGTH,
+                             "description": "register also refuses passwords that are easy to guess "
+                                            "(fewer than 4 distinct characters, or containing the email's name)"}}},
             "InitRequest": {"type": "object", "properties": {"tier": {"type": "string", "default": "basic"}}},
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["code", "message"],
@@ -97,6 +110,13 @@ DOCUMENT: dict[str, Any] = {
 }
 
 
+def document(tier_names: list[str]) -> dict[str, Any]:
+    """The document as this deployment serves it: the tiers are configuration."""
+    served = copy.deepcopy(DOCUMENT)
+    served["components"]["schemas"]["InitRequest"]["properties"]["tier"]["enum"] = sorted(tier_names)
+    return served
+
+
 @routes.get("/api/v1/openapi.json")
-async def openapi(_request: web.Request) -> web.Response:
-    return web.json_response(DOCUMENT)
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(document(list(request.app[keys.SETTINGS].tiers)))

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from devstack.cluster import CLUSTERROLES, REPO_ROOT, LocalCluster
+from proxy import openapi
 from tests.gatewayclient import register_and_login
 
 pytestmark = pytest.mark.cluster
@@ -74,6 +75,11 @@ async def test_openapi_document_matches_the_routes(gateway: Any) -> None:
             methods = {route.method} - {"HEAD"}
         registered |= {(path, m) for m in methods}
     assert documented == registered
+    # What this deployment accepts, so a client (or a fuzzer) is not told any string is a tier.
+    assert document["components"]["schemas"]["InitRequest"]["properties"]["tier"]["enum"] == ["basic"]
+    assert openapi.document(["gold", "basic"])["components"]["schemas"]["InitRequest"]["properties"]["tier"]["enum"] \
+        == ["basic", "gold"]
+    assert {"200", "201", "400"} <= set(document["paths"]["/api/v1/workspaces/init"]["post"]["responses"])
 
 
 def test_readme_opens_with_the_commands_ci_runs() -> None:
