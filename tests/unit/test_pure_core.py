@@ -4,11 +4,13 @@ addresses, rate-limit arithmetic, permission diffing. Pure functions."""
 from __future__ import annotations
 
 import datetime
+import logging
 import uuid
 
 import jwt
 import pytest
 import yaml
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from provisioning import manifests
 from provisioning.errors import Unauthenticated
@@ -19,6 +21,7 @@ from provisioning.secrets import Secret
 from provisioning.suspension import seconds_to_wait
 from provisioning.tiers import parse_tiers
 from proxy.addresses import client_address
+from proxy.logs import MalformedRequestsAreWarnings
 from proxy.auth import sessions
 from proxy.ratelimit import retry_after
 from proxy.settings import RateLimit, SettingsError, load_settings
@@ -183,6 +186,17 @@ def test_resume_waits_out_the_token_cache() -> None:
     assert seconds_to_wait("2026-01-01T00:00:00Z", now) == 5.0
     assert seconds_to_wait("2025-12-31T00:00:00Z", now) == 0.0
     assert seconds_to_wait(None, now) == 15.0
+
+
+@pytest.mark.parametrize("error, level", [
+    (BadHttpMessage("Invalid character in Content-Length"), "WARNING"),
+    (LineTooLong("header", "16384", "20000"), "WARNING"),
+    (RuntimeError("a bug of ours"), "ERROR"),
+])
+def test_only_the_clients_malformed_http_is_demoted(error: Exception, level: str) -> None:
+    record = logging.LogRecord("aiohttp.server", logging.ERROR, __file__, 1, "Error handling request from %s",
+                               ("127.0.0.1",), (type(error), error, None))
+    assert MalformedRequestsAreWarnings().filter(record) and record.levelname == level
 
 
 def test_the_kube_client_loads_without_generated_models() -> None:
