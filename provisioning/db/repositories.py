@@ -104,11 +104,14 @@ async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, serv
     """Insert the user's workspace row, or return the one already there.
 
     The unique index on user_id makes concurrent first calls agree on one row.
+    The conflict target is left open on purpose: a racing insert of the same
+    user may trip the namespace's unique index before user_id's, and that is
+    the same "already there", not an error.
     """
     row = await db.fetchrow(
         """INSERT INTO workspaces (id, user_id, k8s_namespace, k8s_sa_name, tier, status)
            VALUES ($1, $2, $3, $4, $5, 'provisioning')
-           ON CONFLICT (user_id) DO NOTHING RETURNING *""",
+           ON CONFLICT DO NOTHING RETURNING *""",
         uuid.uuid4(), user_id, namespace, service_account, tier,
     )
     if row is not None:
