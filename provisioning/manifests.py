@@ -13,6 +13,9 @@ from typing import Any
 from provisioning.tiers import Tier
 
 WORKSPACE_LABEL = "tenant-gateway.io/workspace-id"
+# Set on a suspended workspace's namespace; deploy/kubernetes/admission.yaml
+# then refuses every change made there by the namespace's own ServiceAccounts.
+SUSPENDED_LABEL = "tenant-gateway.io/suspended"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tenant-gateway"}
 TENANT_SERVICE_ACCOUNT = "sa-tenant-admin"
 TENANT_ROLEBINDING = "tenant-admin"
@@ -110,6 +113,11 @@ def onboarding_steps(ns: str, workspace_id: str, tier: Tier, cluster_role: str) 
         service_account_step(ns, workspace_id),
         role_binding_step(ns, workspace_id, cluster_role),
     ]
+
+
+def suspended_label_patch(suspended: bool) -> Manifest:
+    """A merge patch setting or removing (null) the suspension label."""
+    return {"metadata": {"labels": {SUSPENDED_LABEL: "true" if suspended else None}}}
 
 
 def token_request(ttl_seconds: int, audiences: list[str] | None = None) -> Manifest:

@@ -67,9 +67,10 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
             "Issue a 2-hour kubeconfig", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
             params=[_query("workspace_id")])},
-        "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 503),
+        "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 409, 503),
                                                         params=[_path_id()])},
-        "/api/v1/workspaces/{id}/resume": {"post": _op("Resume a workspace (admin)", 200, errors=(403, 404, 503),
+        "/api/v1/workspaces/{id}/resume": {"post": _op("Resume a workspace (admin); waits ~15 s for the API server's token cache", 200,
+                                                       errors=(403, 404, 409, 503),
                                                        params=[_path_id()])},
         "/api/v1/users/{id}/suspend": {"post": _op("Suspend a user: every session ends at once (admin)", 200,
                                                    errors=(403, 404, 503), params=[_path_id()])},

@@ -6,10 +6,11 @@ rest take the Database and borrow a connection for one statement.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import uuid
-from typing import Any
+from typing import Any, AsyncIterator
 
 import asyncpg
 
@@ -120,6 +121,22 @@ async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, serv
     if existing is None:  # the namespace is taken by a row of another user: impossible by naming
         raise Conflict("the workspace namespace is already in use", code="namespace_taken")
     return _workspace(existing), False
+
+
+@contextlib.asynccontextmanager
+async def workspace_status_lock(db: Database, workspace_id: uuid.UUID) -> AsyncIterator[None]:
+    """Suspend and resume of one workspace, one at a time across replicas.
+
+    A transaction-level advisory lock: released at commit, or when a crashed
+    replica's connection closes. The second caller is told, not queued: both
+    are long (resume waits out the API server's token cache).
+    """
+    key = int.from_bytes(workspace_id.bytes[:8], "big", signed=True)
+    async with db.transaction() as connection:
+        if not await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", key):
+            raise Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
+                           code="operation_in_progress")
+        yield
 
 
 async def get_workspace(db: Database, workspace_id: uuid.UUID) -> Workspace | None:

@@ -151,12 +151,13 @@ class KubeClient:
         return base64.b64encode(self.endpoint.ca_pem or b"").decode()
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
-                      query: dict[str, str] | None = None) -> dict[str, Any]:
+                      query: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> dict[str, Any]:
         try:
             result = await self._api.call_api(
                 path, method,
                 query_params=list((query or {}).items()),
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
                 response_types_map={200: "object", 201: "object", 202: "object"},
                 auth_settings=["BearerToken"],
@@ -174,6 +175,9 @@ class KubeClient:
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body)
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.request("PATCH", path, body, content_type="application/merge-patch+json")
 
     async def delete(self, path: str) -> dict[str, Any]:
         return await self.request("DELETE", path)

@@ -92,7 +92,7 @@ async def resume_workspace(request: web.Request) -> web.Response:
     who = await admin(request)
     app = request.app
     workspace = await suspension.resume(app[keys.DATABASE], app[keys.KUBE], uuid_from(request.match_info["id"], "workspace"),
-                                        who.user, client_ip(request),
+                                        who.user, client_ip(request), tiers=app[keys.SETTINGS].tiers,
                                         cluster_role=app[keys.SETTINGS].tenant_clusterrole)
     return web.json_response({"id": str(workspace.id), "status": workspace.status})
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
+from provisioning import manifests
 from tests import kubeclients
 from tests.gatewayclient import Session, admin_session, register_and_login
 
@@ -251,3 +253,59 @@ async def test_suspending_a_workspace_whose_namespace_never_came_is_clean(
         assert answer.status == 200 and (await answer.json())["status"] == "suspended"
     finally:
         await real.close()
+
+
+async def test_the_suspension_label_refuses_the_tenants_own_writes(cluster: LocalCluster, gateway: Any,
+                                                                   tmp_path: Path) -> None:
+    """deploy/kubernetes/admission.yaml, as the test cluster applies it: while
+    the label is on, a tenant workload holding a token cannot recreate the
+    RoleBindings suspension is deleting (or change anything else)."""
+    carol = await register_and_login(gateway)
+    ns = (await carol.init())["namespace"]
+    config = save(tmp_path, "carol.kubeconfig", await carol.kubeconfig())
+    cluster.kubectl_run("label", "namespace", ns, f"{manifests.SUSPENDED_LABEL}=true")
+    try:
+        deadline = time.monotonic() + 10  # the label reaches admission through an informer
+        while True:
+            made = await asyncio.to_thread(kubectl, cluster, config, "create", "rolebinding", f"again-{time.time_ns()}",
+                                           "--clusterrole=tenant-admin", f"--serviceaccount={ns}:sa-tenant-admin")
+            if made.returncode != 0 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert "this workspace is suspended" in made.stderr, made.stderr
+        assert "this workspace is suspended" in kubectl(cluster, config, "create", "configmap", "x").stderr
+        # Reads are RBAC's to end: suspension deletes the bindings.
+        assert kubectl(cluster, config, "get", "configmaps").returncode == 0
+    finally:
+        cluster.kubectl_run("label", "namespace", ns, f"{manifests.SUSPENDED_LABEL}-")
+
+
+async def test_resume_after_a_cut_short_suspension_leaves_old_kubeconfigs_dead(
+        cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
+    dave = await register_and_login(gateway)
+    workspace = await dave.init()
+    ns, path = workspace["namespace"], f"/api/v1/workspaces/{workspace['id']}"
+    old = save(tmp_path, "dave.kubeconfig", await dave.kubeconfig())
+    assert kubectl(cluster, old, "get", "configmaps").returncode == 0
+    root = await admin_session(gateway, database_url)
+    not_suspended = await root.call("POST", f"{path}/resume")
+    assert not_suspended.status == 409 and (await not_suspended.json())["error"]["code"] == "workspace_not_suspended"
+
+    # The gateway died right after a suspension's first step: the row says
+    # suspended; the bindings and the ServiceAccount are untouched.
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute("UPDATE workspaces SET status = 'suspended' WHERE id = $1", uuid.UUID(workspace["id"]))
+    finally:
+        await connection.close()
+    resuming = asyncio.create_task(root.call("POST", f"{path}/resume"))
+    await asyncio.sleep(1)
+    meanwhile = await root.call("POST", f"{path}/suspend")
+    assert meanwhile.status == 409 and (await meanwhile.json())["error"]["code"] == "operation_in_progress"
+    resumed = await resuming
+    assert await resumed.json() == {"id": workspace["id"], "status": "provisioned"}
+
+    stale = kubectl(cluster, old, "get", "configmaps")
+    assert stale.returncode != 0 and "unauthorized" in stale.stderr.lower()
+    fresh = save(tmp_path, "dave-2.kubeconfig", await dave.kubeconfig())
+    assert kubectl(cluster, fresh, "get", "configmaps").returncode == 0

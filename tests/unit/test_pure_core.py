@@ -18,7 +18,6 @@ from provisioning.kube.tokens import credential_id
 from provisioning.kubeconfig import render_kubeconfig
 from provisioning.permissions import FORBIDDEN, Permission, evaluate, required_permissions
 from provisioning.secrets import Secret
-from provisioning.suspension import seconds_to_wait
 from provisioning.tiers import parse_tiers
 from proxy.addresses import client_address
 from proxy.logs import MalformedRequestsAreWarnings
@@ -181,11 +180,10 @@ def test_credential_id_is_read_without_trusting_the_token() -> None:
     assert credential_id("not-a-jwt") is None
 
 
-def test_resume_waits_out_the_token_cache() -> None:
-    now = datetime.datetime(2026, 1, 1, 0, 0, 10, tzinfo=datetime.timezone.utc)
-    assert seconds_to_wait("2026-01-01T00:00:00Z", now) == 5.0
-    assert seconds_to_wait("2025-12-31T00:00:00Z", now) == 0.0
-    assert seconds_to_wait(None, now) == 15.0
+def test_suspension_label_patch_sets_and_removes() -> None:
+    assert manifests.suspended_label_patch(True) == {"metadata": {"labels": {manifests.SUSPENDED_LABEL: "true"}}}
+    # A merge patch removes a key with null.
+    assert manifests.suspended_label_patch(False) == {"metadata": {"labels": {manifests.SUSPENDED_LABEL: None}}}
 
 
 @pytest.mark.parametrize("error, level", [
