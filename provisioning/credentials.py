@@ -2,9 +2,11 @@
 
 Order matters. The token is minted first so that its `jti` can go into the
 audit row (joining our record with the API server's own audit log); the row
-is committed before the kubeconfig leaves the process. If the audit write
-fails the freshly minted token is dropped unseen: no kubeconfig without its
-audit row. The token itself is never written anywhere.
+is committed before the kubeconfig leaves the process, and only if the
+workspace is still provisioned with the same ServiceAccount: a suspension
+that lands while the token is being minted wins. If the audit write fails or
+is refused, the freshly minted token is dropped unseen: no kubeconfig without
+its audit row. The token itself is never written anywhere.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import uuid
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import Conflict, Forbidden, NotFound
+from provisioning.errors import ClusterUnavailable, Conflict, Forbidden, NotFound, UpstreamError
 from provisioning.kube.client import KubeClient
 from provisioning.kube.tokens import request_token
 from provisioning.kubeconfig import render_kubeconfig
@@ -49,8 +51,11 @@ async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace
                            public_ca_base64: str) -> str:
     workspace = await workspace_for(db, user, workspace_id)
     require_usable(workspace)
-    issued = await request_token(kube, workspace.namespace, workspace.service_account, ttl_seconds)
-    await repo.record_audit(db, AuditEvent(
+    try:
+        issued = await request_token(kube, workspace.namespace, workspace.service_account, ttl_seconds)
+    except UpstreamError as error:  # e.g. the ServiceAccount is being replaced: the contract's 503
+        raise ClusterUnavailable("the API server did not issue a token; retry later") from error
+    recorded = await repo.record_issuance(db, workspace, AuditEvent(
         "IssueKubeconfig", user.id, workspace.id, ip_address,
         {
             "namespace": workspace.namespace,
@@ -59,5 +64,8 @@ async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace
             "expires_at": issued.expires_at.isoformat(),
         },
     ))
+    if not recorded:
+        raise Forbidden("this workspace was suspended while the kubeconfig was being issued",
+                        code="workspace_suspended")
     return render_kubeconfig(server=public_server, ca_base64=public_ca_base64,
                              namespace=workspace.namespace, token=issued.token)

@@ -206,6 +206,21 @@ async def record_audit(connection: asyncpg.Connection | Database, event: AuditEv
     return audit_id
 
 
+async def record_issuance(db: Database, workspace: Workspace, event: AuditEvent) -> bool:
+    """The issuance's audit row, written only if the workspace is still as it
+    was read before the token was minted: provisioned, same ServiceAccount.
+    False means it was suspended (or resumed afresh) meanwhile."""
+    row = await db.fetchrow(
+        """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+           SELECT $1, $2, $3, $4, $5::inet, $6::jsonb
+           WHERE EXISTS (SELECT 1 FROM workspaces WHERE id = $7 AND status = 'provisioned'
+                          AND k8s_sa_uid IS NOT DISTINCT FROM $8)
+           RETURNING id""",
+        *_audit_row(event), workspace.id, workspace.service_account_uid,
+    )
+    return row is not None
+
+
 async def record_audit_batch(db: Database, events: list[AuditEvent]) -> None:
     async with db.connection() as connection:
         await connection.executemany(_INSERT_AUDIT, [_audit_row(e) for e in events])

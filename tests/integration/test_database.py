@@ -109,3 +109,29 @@ async def test_concurrent_claims_of_one_user_agree_on_one_workspace(database_url
             assert sum(created for _, created in claims) == 1
     finally:
         await db.close()
+
+
+async def test_an_issuance_is_recorded_only_for_the_workspace_as_it_was_read(database_url: str) -> None:
+    """The audit row is the last gate before a kubeconfig leaves: a suspension
+    (or a replaced ServiceAccount) that lands while the token is minted wins."""
+    from provisioning.models import AuditEvent
+
+    db = await Database.connect(database_url, min_size=1, max_size=2)
+    try:
+        user = await repo.create_user(db, f"{uuid.uuid4().hex}@example.test", "not-a-real-hash")
+        claimed, _ = await repo.claim_workspace(db, user.id, f"tenant-{user.id}", "sa-tenant-admin", "basic")
+        event = AuditEvent("IssueKubeconfig", user.id, claimed.id, None, {})
+        assert not await repo.record_issuance(db, claimed, event)  # still provisioning
+        async with db.transaction() as connection:
+            ready = await repo.set_workspace_state(connection, claimed.id, "provisioned", "uid-1")
+        assert ready is not None and await repo.record_issuance(db, ready, event)
+        async with db.transaction() as connection:
+            await repo.set_workspace_state(connection, claimed.id, "provisioned", "uid-2")
+        assert not await repo.record_issuance(db, ready, event)
+        async with db.transaction() as connection:
+            suspended = await repo.set_workspace_state(connection, claimed.id, "suspended")
+        assert suspended is not None and not await repo.record_issuance(db, suspended, event)
+        rows = await repo.query_audit(db, workspace_id=claimed.id)
+        assert [row["action"] for row in rows] == ["IssueKubeconfig"]
+    finally:
+        await db.close()
