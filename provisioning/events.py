@@ -23,6 +23,9 @@ from provisioning.db.repositories import EVENTS_CHANNEL
 
 log = logging.getLogger(__name__)
 
+# How the listening connection shows in pg_stat_activity.
+LISTENER_APPLICATION_NAME = "tenant-gateway-events"
+
 # Handlers run on the listener's callback: synchronous and quick (evict a
 # cache entry, cancel a stream), never I/O.
 Handler = Callable[[dict[str, Any]], None]
@@ -69,7 +72,8 @@ class EventListener:
         while True:
             try:
                 self._lost.clear()
-                self._connection = await asyncpg.connect(self._dsn, timeout=5)
+                self._connection = await asyncpg.connect(self._dsn, timeout=5, server_settings={
+                    "application_name": LISTENER_APPLICATION_NAME})
                 self._connection.add_termination_listener(lambda _c: self._lost.set())
                 await self._connection.add_listener(EVENTS_CHANNEL, self._on_notify)
                 # Anything cached before this point may have missed an event.

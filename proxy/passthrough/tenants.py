@@ -5,6 +5,12 @@ Entries are trusted only while the cross-replica event listener is connected;
 every status change publishes `workspace_changed`, which evicts the entry
 here, drops the workspace's cached tokens and cuts its open streams, on
 every replica. The TTL is a backstop, not the mechanism.
+
+When the listener loses its connection (and again when it is back), events
+may have been missed: the cache is dropped and `on_reset` runs, which cuts
+every open stream, since a stream is authorised once, at its start. A read
+that was in flight when an event arrived is not cached: it may predate the
+change.
 """
 
 from __future__ import annotations
@@ -23,16 +29,25 @@ from provisioning.models import Workspace
 
 class WorkspaceDirectory:
     def __init__(self, db: Database, events: EventListener, *, on_change: Callable[[uuid.UUID, str], None],
-                 cache_seconds: float = 300, clock: Callable[[], float] = time.monotonic) -> None:
+                 on_reset: Callable[[], None], cache_seconds: float = 300,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._db = db
         self._events = events
         self._on_change = on_change
+        self._on_reset = on_reset
         self._cache: TTLCache[uuid.UUID, Workspace] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
-        events.subscribe(self._on_event, on_reset=self._cache.clear)
+        self._changes = 0  # events and resets seen: a read spanning one is not cached
+        events.subscribe(self._on_event, on_reset=self._reset)
+
+    def _reset(self) -> None:
+        self._changes += 1
+        self._cache.clear()
+        self._on_reset()
 
     def _on_event(self, message: dict[str, Any]) -> None:
         if message.get("kind") != "workspace_changed":
             return
+        self._changes += 1
         workspace_id = uuid.UUID(message["id"])
         self._cache.pop(workspace_id, None)
         self._on_change(workspace_id, str(message.get("namespace", "")))
@@ -42,7 +57,8 @@ class WorkspaceDirectory:
             cached = self._cache.get(workspace_id)
             if cached is not None:
                 return cached
+        changes_before = self._changes
         workspace = await repo.get_workspace(self._db, workspace_id)
-        if workspace is not None and self._events.connected:
+        if workspace is not None and self._events.connected and self._changes == changes_before:
             self._cache[workspace_id] = workspace
         return workspace

@@ -100,7 +100,8 @@ def setup_passthrough(app: web.Application) -> None:
             streams.cut(workspace_id)
             tokens.evict_namespace(namespace)
 
-        directory = WorkspaceDirectory(app[keys.DATABASE], app[keys.EVENTS], on_change=on_change)
+        directory = WorkspaceDirectory(app[keys.DATABASE], app[keys.EVENTS], on_change=on_change,
+                                       on_reset=streams.cut_all)
         upstream = Upstream(kube.endpoint.server, kube.endpoint.ca_pem)
         audit = AuditWriter(app[keys.DATABASE])
         await audit.start()

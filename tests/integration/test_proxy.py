@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import aiohttp
+import asyncpg
 import pytest
 import yaml
 from kubernetes import client as k8s, watch
 from yarl import URL
 
 from devstack.cluster import LocalCluster
+from provisioning.events import LISTENER_APPLICATION_NAME
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 
@@ -285,6 +287,28 @@ async def test_suspension_cuts_an_open_watch(gateway: Any, database_url: str) ->
     assert await suspend_while_watching(gateway, database_url, user, workspace, stream) < 3
     refused = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
     assert refused.status == 403 and (await refused.json())["error"]["code"] == "workspace_suspended"
+
+
+async def test_losing_the_event_listener_cuts_open_streams(gateway: Any, database_url: str) -> None:
+    """A stream is authorised once, at its start; a suspension whose event was
+    missed while the listener was away must not leave it open. The fault is
+    real: PostgreSQL ends the listening backend."""
+    user, workspace = await tenant(gateway)
+    stream = await open_watch(gateway, user, workspace)
+    closing = asyncio.create_task(until_closed(stream, 10))
+    await asyncio.sleep(0.3)
+    connection = await asyncpg.connect(database_url)
+    try:
+        ended = await connection.fetchval(
+            """SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+               WHERE datname = current_database() AND application_name = $1""", LISTENER_APPLICATION_NAME)
+    finally:
+        await connection.close()
+    assert ended == 1
+    assert await closing < 5
+    # The gateway reconnects its listener; new requests are served as before.
+    again = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
+    assert again.status == 200
 
 
 def _free_port() -> int:
