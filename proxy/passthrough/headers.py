@@ -35,7 +35,6 @@ _REQUEST_DROPPED = frozenset({
 })
 _REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-")
 _WEBSOCKET_PREFIX = "sec-websocket-"
-_WEBSOCKET_KEPT = "sec-websocket-protocol"
 _RESPONSE_DROPPED = frozenset({"set-cookie", "set-cookie2"})
 
 
@@ -52,30 +51,26 @@ def _nominated(headers: MultiMapping[str]) -> frozenset[str]:
     return frozenset(name.lower() for name in _comma_list(headers, "Connection"))
 
 
-def _dropped_upstream(name: str, websocket: bool) -> bool:
+def _dropped_upstream(name: str) -> bool:
     if name.startswith(_REQUEST_DROPPED_PREFIXES):
         return True
-    if name.startswith(_WEBSOCKET_PREFIX):
-        # The client library writes its own Key and Version, and must not be
-        # handed Extensions it did not negotiate (compression it cannot undo).
-        return not (websocket and name == _WEBSOCKET_KEPT)
-    return False
+    # The client library writes the whole handshake itself (Key, Version and
+    # the filtered subprotocols), and must not be handed Extensions it did not
+    # negotiate (compression it cannot undo).
+    return name.startswith(_WEBSOCKET_PREFIX)
 
 
-def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str, *,
-                             websocket: bool = False) -> CIMultiDict[str]:
+def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
     """The client's headers made safe for the API server, carrying the
-    tenant's token and nothing else that could claim an identity.
-
-    `websocket=True` keeps Sec-WebSocket-Protocol (the channel protocol the
-    client offered, e.g. `v5.channel.k8s.io`) and drops the rest of the
-    handshake, which the client library regenerates.
+    tenant's token and nothing else that could claim an identity. A WebSocket
+    handshake is left out whole: the client library writes its own, offering
+    `websocket_subprotocols`.
     """
     dropped = HOP_BY_HOP | _REQUEST_DROPPED | _nominated(incoming)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in incoming.items():
         lowered = name.lower()
-        if lowered in dropped or _dropped_upstream(lowered, websocket):
+        if lowered in dropped or _dropped_upstream(lowered):
             continue
         out.add(name, value)
     out["Authorization"] = f"Bearer {bearer_token}"
@@ -92,10 +87,18 @@ def downstream_response_headers(upstream: MultiMapping[str]) -> CIMultiDict[str]
     return out
 
 
+# Browsers cannot set Authorization on a WebSocket, so Kubernetes accepts a
+# bearer token smuggled in as a subprotocol; the API server tries it when the
+# Authorization header fails. Never forwarded: the tenant token is the only
+# identity that reaches the API server.
+_BEARER_SUBPROTOCOL = "base64url.bearer.authorization.k8s.io."
+
+
 def websocket_subprotocols(incoming: MultiMapping[str]) -> list[str]:
     """The subprotocols a client offered, in its order of preference, so the
-    upstream handshake can offer exactly the same ones."""
-    return list(_comma_list(incoming, "Sec-WebSocket-Protocol"))
+    upstream handshake can offer the same ones, less any bearer token."""
+    return [protocol for protocol in _comma_list(incoming, "Sec-WebSocket-Protocol")
+            if not protocol.lower().startswith(_BEARER_SUBPROTOCOL)]
 
 
 def is_spdy_upgrade(headers: MultiMapping[str]) -> bool:

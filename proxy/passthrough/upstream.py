@@ -14,11 +14,14 @@ Neither invents headers the client did not send (a made-up Content-Type
 turns a body the API server would accept into a 415). Both never decompress (`auto_decompress=False`: bodies are relayed byte for
 byte, gzip included) and never follow redirects (callers pass
 `allow_redirects=False`; a redirect from upstream is relayed, not chased).
+`ws_connect` has no such switch, so the long session, which makes the
+upgrades, also refuses any redirect from a request trace hook.
 """
 
 from __future__ import annotations
 
 import ssl
+from typing import Any
 
 import aiohttp
 from yarl import URL
@@ -26,6 +29,22 @@ from yarl import URL
 _CONNECT = 5.0
 SHORT_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=_CONNECT)
 LONG_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=_CONNECT)
+
+
+class RedirectRefused(aiohttp.ClientError):
+    """The API server answered with a redirect where one would be chased."""
+
+
+async def _refuse_redirect(_session: aiohttp.ClientSession, _context: Any,
+                           _params: aiohttp.TraceRequestRedirectParams) -> None:
+    # Following it would carry the tenant's token to a path the tenant wall never saw.
+    raise RedirectRefused("the Kubernetes API server answered with a redirect")
+
+
+def _redirects_refused() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_request_redirect.append(_refuse_redirect)
+    return trace
 
 
 def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:
@@ -43,7 +62,8 @@ class Upstream:
         common = {"connector": self._connector, "connector_owner": False, "auto_decompress": False,
                   "cookie_jar": aiohttp.DummyCookieJar(), "skip_auto_headers": ("User-Agent", "Accept-Encoding", "Content-Type")}
         self.short = aiohttp.ClientSession(timeout=SHORT_TIMEOUT, **common)  # type: ignore[arg-type]
-        self.long = aiohttp.ClientSession(timeout=LONG_TIMEOUT, **common)  # type: ignore[arg-type]
+        self.long = aiohttp.ClientSession(timeout=LONG_TIMEOUT, trace_configs=[_redirects_refused()],
+                                          **common)  # type: ignore[arg-type]
 
     def url(self, raw_path: str, raw_query: str) -> URL:
         """Already-encoded path and query, sent byte for byte (no re-quoting)."""

@@ -16,9 +16,10 @@ import asyncio
 import aiohttp
 from aiohttp import WSMsgType, web
 
-from provisioning.errors import ClusterUnavailable, GatewayError, UpstreamError
+from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
 from proxy.passthrough.headers import upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.ticket import Ticket
+from proxy.passthrough.upstream import RedirectRefused
 
 # Exec output can be large; the API server bounds it, not us.
 _MAX_MESSAGE = 16 * 1024 * 1024
@@ -45,11 +46,13 @@ async def _connect(request: web.Request, ticket: Ticket, token: str) -> aiohttp.
             # refuses handshakes without an Origin. The browser's Origin was
             # checked by the gate; clients that send none get the server's own.
             origin=request.headers.get("Origin") or upstream.server,
-            headers=upstream_request_headers(request.headers, token, websocket=True),
+            headers=upstream_request_headers(request.headers, token),
             autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=0,
         )
     except aiohttp.WSServerHandshakeError as error:
         raise UpgradeRefused(error.status) from None
+    except RedirectRefused as error:  # the long session never chases one (proxy.passthrough.upstream)
+        raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect") from error
     except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
         raise ClusterUnavailable() from error
     except aiohttp.ClientError as error:
@@ -68,6 +71,10 @@ async def _pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
 
 
 async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+    if not web.WebSocketResponse().can_prepare(request).ok:
+        # Checked before anything is opened (or audited) upstream.
+        raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
+                         code="bad_websocket_handshake")
     token = await ticket.token()
     try:
         upstream = await _connect(request, ticket, token)

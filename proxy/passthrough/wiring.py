@@ -73,11 +73,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if is_spdy_upgrade(request.headers):
         raise BadRequest("SPDY upgrades are not supported; use a client that speaks WebSocket "
                          "(kubectl 1.30+ does for exec, attach and port-forward)", code="spdy_not_supported")
+    if decision.action == "own_namespace_list":  # answered here, never an upgrade
+        return await relay_namespace_list(request, ticket)
     if request.headers.get("Upgrade", "").lower() == "websocket":
         _check_upgrade_origin(request, who.via_cookie)
         return await relay_websocket(request, ticket)
-    if decision.action == "own_namespace_list":
-        return await relay_namespace_list(request, ticket)
     return await relay_http(request, ticket)
 
 

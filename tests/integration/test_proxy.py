@@ -388,6 +388,14 @@ async def test_refused_upgrade_leaves_no_tunnel_and_spdy_is_a_clear_4xx(gateway:
     assert refused.value.status == 404
     spdy = await user.call("POST", exec_path, headers={"Connection": "Upgrade", "Upgrade": "SPDY/3.1"})
     assert spdy.status == 400 and (await spdy.json())["error"]["code"] == "spdy_not_supported"
+    # A malformed handshake (no Connection: Upgrade, no key) is refused before
+    # anything is opened or audited upstream: a 400, not a 500.
+    half = await user.call("GET", exec_path, headers={"Upgrade": "websocket"})
+    assert half.status == 400 and (await half.json())["error"]["code"] == "bad_websocket_handshake"
+    # The namespace list is answered by the gateway itself, upgrade or not.
+    namespaces = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces", headers={"Upgrade": "websocket"})
+    assert namespaces.status == 200
+    assert [item["metadata"]["name"] for item in (await namespaces.json())["items"]] == [workspace["namespace"]]
 
 
 async def test_cookie_upgrade_needs_an_allowed_origin(gateway: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator
 
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -22,11 +23,13 @@ class FakeUpstream:
 
     def __init__(self) -> None:
         self.hits: list[str] = []
+        self.offered_subprotocols: list[str | None] = []
         self.app = web.Application()
         self.app.router.add_route("*", "/{tail:.*}", self.handle)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         self.hits.append(request.path)
+        self.offered_subprotocols.append(request.headers.get("Sec-WebSocket-Protocol"))
         if request.path.endswith("/redirect-me"):
             raise web.HTTPFound("/api/v1/namespaces/kube-system/secrets")
         response = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -69,6 +72,20 @@ async def test_upstream_redirects_are_relayed_never_followed(
                                  allow_redirects=False)
         assert answer.status == 302
         assert fake.hits == [f"/api/v1/namespaces/{workspace['namespace']}/configmaps/redirect-me"]
+
+        # ws_connect has no allow_redirects: the upgrade is refused, not chased to the secrets.
+        base = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}"
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await gateway.session.ws_connect(gateway.make_url(f"{base}/pods/p/exec/redirect-me"),
+                                             headers=user.bearer, protocols=("v5.channel.k8s.io",))
+        assert refused.value.status == 502
+        assert fake.hits[-1].endswith("/redirect-me") and not any("secrets" in hit for hit in fake.hits)
+        # A bearer token offered as a subprotocol never reaches the API server.
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await gateway.session.ws_connect(
+                gateway.make_url(f"{base}/pods/p/exec"), headers=user.bearer,
+                protocols=("v5.channel.k8s.io", "base64url.bearer.authorization.k8s.io.c29tZW9uZS1lbHNl"))
+        assert fake.offered_subprotocols[-1] == "v5.channel.k8s.io"
 
         # A watch the upstream drops mid-stream ends for the client too, and the
         # open-stream gauge returns to zero.
