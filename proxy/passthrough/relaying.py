@@ -72,8 +72,9 @@ async def _stream(request: web.Request, response: web.StreamResponse, upstream: 
     try:
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
-        # The API server closed mid-stream (restart, watch timeout): end ours too.
+    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError):
+        # The API server closed mid-stream (restart, watch timeout) or the
+        # session's own timeout ended it: end ours too.
         pass
     await response.write_eof()
 

@@ -53,7 +53,6 @@ _SELF_REVIEWS = frozenset({
     ("authorization.k8s.io", "selfsubjectrulesreviews"),
 })
 _REVIEW_VERSIONS = frozenset({"v1", "v1beta1", "v1alpha1"})
-_TRUE = frozenset({"1", "t", "true"})
 
 
 @dataclass(frozen=True)
@@ -121,9 +120,15 @@ def _parse_path(raw_path: str) -> _Path | None:
 
 
 def _query_flag(query: list[tuple[str, str]], name: str) -> bool:
-    """Mirror Go's strconv.ParseBool leniently: any truthy value counts,
-    because over-classifying as long-running only costs a timeout."""
-    return any(key == name and value.strip().lower() in _TRUE for key, value in query)
+    """Read a boolean exactly as the API server will (metav1's
+    Convert_Slice_string_To_bool): the key's first value, false only for "0"
+    or "false" in any case, so `?watch`, `?watch=` and `?watch=yes` are all
+    watches. Reading fewer values as true would relay a real watch as a
+    short request: untracked by suspension, and cut by the short timeout."""
+    for key, value in query:
+        if key == name:
+            return not (value == "0" or value.lower() == "false")
+    return False
 
 
 def _is_discovery(parts: list[str]) -> bool:

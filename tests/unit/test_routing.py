@@ -78,7 +78,14 @@ def test_forwarded(method: str, path: str, query: str, upstream: str) -> None:
     ("GET", f"/api/v1/namespaces/{OWN}/pods", "resourceVersion=5&watch=True&timeoutSeconds=300", True, False),
     ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=false", False, False),
     ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=0", False, False),
-    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch", False, False),
+    # Read as the API server reads it: false only for 0/false, first value wins.
+    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch", True, False),
+    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=", True, False),
+    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=yes", True, False),
+    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=FALSE", False, False),
+    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=1&watch=0", True, False),
+    ("GET", f"/api/v1/namespaces/{OWN}/pods", "watch=0&watch=1", False, False),
+    ("GET", f"/api/v1/namespaces/{OWN}/pods/p/log", "follow=yes", True, False),
     ("GET", f"/apis/apps/v1/namespaces/{OWN}/deployments", "watch=true", True, False),
     ("GET", f"/api/v1/watch/namespaces/{OWN}/pods", "", True, False),
     ("GET", f"/api/v1/watch/namespaces/{OWN}/pods/p", "", True, False),
@@ -110,6 +117,7 @@ def test_long_running_and_exec(method: str, path: str, query: str, long_running:
     ("GET", "labelSelector=team%3Dx", "own_namespace_list"),
     ("GET", "watch=1", "deny"),
     ("GET", "watch=true", "deny"),
+    ("GET", "watch", "deny"),
     ("HEAD", "", "deny"),
     ("POST", "", "deny"),
     ("PUT", "", "deny"),
@@ -311,5 +319,5 @@ def test_a_query_that_is_not_canonical_is_refused(query: str) -> None:
 
 def test_watch_is_read_from_the_query_decoded_once_as_the_api_server_does() -> None:
     path = f"/api/v1/namespaces/{OWN}/pods"
-    assert decide("GET", path, "watch=%74rue").long_running
-    assert not decide("GET", path, "watch=%2574rue").long_running  # the API server sees "%74rue"
+    assert not decide("GET", path, "watch=%66alse").long_running
+    assert decide("GET", path, "watch=%2566alse").long_running  # the API server sees "%66alse": not false
