@@ -76,5 +76,8 @@ def csrf_valid(secret: Secret, session_id: uuid.UUID, header: str | None, cookie
     if not header or not cookie:
         return False
     expected = csrf_token(secret, session_id).encode()
+    # surrogateescape: aiohttp hands non-UTF-8 header bytes over as surrogates;
+    # they must compare unequal, not raise.
+    given_header, given_cookie = (value.encode("utf-8", "surrogateescape") for value in (header, cookie))
     # Evaluate both comparisons: no short-circuit timing difference.
-    return hmac.compare_digest(header.encode(), expected) & hmac.compare_digest(cookie.encode(), expected)
+    return hmac.compare_digest(given_header, expected) & hmac.compare_digest(given_cookie, expected)
