@@ -40,8 +40,14 @@ class AuditWriter:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-audit")
 
     async def stop(self) -> None:
+        """Stop the writer and write what is queued; rows the database will
+        not take now are reported, not silently dropped."""
         await cancel_and_wait(self._task)
-        await self.flush()
+        try:
+            while not self._queue.empty():
+                await self.flush()
+        except Exception:
+            log.error("audit rows not written at shutdown", exc_info=True, extra={"queued": self._queue.qsize()})
 
     async def flush(self) -> None:
         batch: list[AuditEvent] = []
@@ -63,3 +69,9 @@ class AuditWriter:
                 await self.flush()
             except DatabaseUnavailable:
                 log.warning("audit flush failed; will retry", extra={"queued": self._queue.qsize()})
+            except Exception:
+                # Any other failure is this batch's own (retrying it would
+                # block every later row) and must not end the writer: later
+                # proxied writes would go unrecorded.
+                log.exception("an audit batch could not be written and was dropped",
+                              extra={"queued": self._queue.qsize()})

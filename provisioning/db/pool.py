@@ -28,16 +28,19 @@ from provisioning.errors import BadRequest, DatabaseUnavailable
 # Short enough that a hung database turns into a 503 before a client gives up.
 _COMMAND_TIMEOUT = 5.0
 
+# The server is down, going down, overloaded, or no longer writable (a
+# failover left us on a standby): the caller can do nothing but retry later.
 _UNAVAILABLE = (
     OSError,
     TimeoutError,
     asyncpg.exceptions.ConnectionDoesNotExistError,
     asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.OperatorInterventionError,  # 57: shutdown, crash, cannot connect now, cancelled
     asyncpg.exceptions.TooManyConnectionsError,
-    asyncpg.exceptions.InsufficientResourcesError,
-    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.InsufficientResourcesError,  # 53
+    asyncpg.exceptions.PostgresSystemError,  # 58: I/O errors on the server
+    asyncpg.exceptions.PostgresConnectionError,  # 08
+    asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006
 )
 
 
