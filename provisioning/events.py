@@ -85,6 +85,10 @@ class EventListener:
                 raise
             except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 pass
+            except Exception:
+                # Anything else (asyncpg's InternalClientError, say) must not
+                # end the task while `connected` still says caches may trust.
+                log.exception("event listener failed; reconnecting")
             if self.connected:
                 log.warning("event listener lost its connection; caches disabled until it is back")
             await self._close()

@@ -45,8 +45,10 @@ def load(env: dict[str, str] | None = None) -> Settings:
         key_file = settings.data_dir / "session.key"
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         if not key_file.exists():
-            key_file.write_text(secrets.token_urlsafe(48))
-            key_file.chmod(0o600)
+            # Created 0600 in one step: never readable by others, not even briefly.
+            descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as out:
+                out.write(secrets.token_urlsafe(48))
         settings = dataclasses.replace(settings, session_secret=Secret(key_file.read_text().strip()))
     return settings
 

@@ -37,7 +37,7 @@ def _workspace(row: asyncpg.Record) -> Workspace:
 
 # -- users --------------------------------------------------------------------
 
-async def create_user(db: Database, email: str, password_hash: str, *, is_admin: bool = False) -> User:
+async def create_user(db: asyncpg.Connection | Database, email: str, password_hash: str, *, is_admin: bool = False) -> User:
     try:
         row = await db.fetchrow(
             "INSERT INTO users (id, email, password_hash, is_admin) VALUES ($1, $2, $3, $4) RETURNING *",

@@ -40,8 +40,12 @@ async def register(request: web.Request) -> web.Response:
     password = passwords.check_policy(body.get("password"), email)
     await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], settings.rate_register,
                             {"register": ip or "unknown"})
-    user = await repo.create_user(app[keys.DATABASE], email, await passwords.hash_password(password))
-    await repo.record_audit(app[keys.DATABASE], AuditEvent("Register", user.id, None, ip, {"email": user.email}))
+    password_hash = await passwords.hash_password(password)
+    # One transaction: an account whose audit row failed would answer 503 and
+    # then 409 on retry, a half-success.
+    async with app[keys.DATABASE].transaction() as connection:
+        user = await repo.create_user(connection, email, password_hash)
+        await repo.record_audit(connection, AuditEvent("Register", user.id, None, ip, {"email": user.email}))
     return web.json_response({"id": str(user.id), "email": user.email}, status=201)
 
 
