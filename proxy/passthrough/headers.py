@@ -33,8 +33,10 @@ _REQUEST_DROPPED = frozenset({
     "host", "content-length", "authorization", "cookie", "x-csrf-token", "forwarded", "x-real-ip",
     "origin", "referer",
 })
-_REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-")
-_WEBSOCKET_PREFIX = "sec-websocket-"
+# sec-websocket-*: the client library writes the whole handshake itself (Key,
+# Version and the filtered subprotocols), and must not be handed Extensions it
+# did not negotiate (compression it cannot undo).
+_REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-", "sec-websocket-")
 _RESPONSE_DROPPED = frozenset({"set-cookie", "set-cookie2"})
 
 
@@ -51,15 +53,6 @@ def _nominated(headers: MultiMapping[str]) -> frozenset[str]:
     return frozenset(name.lower() for name in _comma_list(headers, "Connection"))
 
 
-def _dropped_upstream(name: str) -> bool:
-    if name.startswith(_REQUEST_DROPPED_PREFIXES):
-        return True
-    # The client library writes the whole handshake itself (Key, Version and
-    # the filtered subprotocols), and must not be handed Extensions it did not
-    # negotiate (compression it cannot undo).
-    return name.startswith(_WEBSOCKET_PREFIX)
-
-
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
     """The client's headers made safe for the API server, carrying the
     tenant's token and nothing else that could claim an identity. A WebSocket
@@ -70,7 +63,7 @@ def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> 
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in incoming.items():
         lowered = name.lower()
-        if lowered in dropped or _dropped_upstream(lowered):
+        if lowered in dropped or lowered.startswith(_REQUEST_DROPPED_PREFIXES):
             continue
         out.add(name, value)
     out["Authorization"] = f"Bearer {bearer_token}"
