@@ -41,7 +41,18 @@ class EventListener:
         self._connection: asyncpg.Connection | None = None
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
+        self._generation = 0  # events and resets so far
         self.connected = False
+
+    @property
+    def generation(self) -> int:
+        """Take it before a database read meant for a cache, and pass it to
+        `may_cache` after: a change whose event arrived meanwhile may not be
+        in what was read."""
+        return self._generation
+
+    def may_cache(self, generation: int) -> bool:
+        return self.connected and self._generation == generation
 
     def subscribe(self, handler: Handler, on_reset: ResetHook | None = None) -> None:
         self._handlers.append(handler)
@@ -65,6 +76,7 @@ class EventListener:
         self._connection = None
 
     def _reset(self) -> None:
+        self._generation += 1
         for hook in self._reset_hooks:
             hook()
 
@@ -113,6 +125,7 @@ class EventListener:
             return
         if not isinstance(message, dict):
             return
+        self._generation += 1
         for handler in self._handlers:
             try:
                 handler(message)

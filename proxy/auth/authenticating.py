@@ -58,15 +58,9 @@ class Authenticator:
         # Signature checks are a sixth of a proxied request's CPU; a token
         # verified once is remembered until its own expiry.
         self._verified: LRUCache[str, sessions.SessionClaims] = LRUCache(maxsize=100_000)
-        self._changes = 0  # events and resets seen: a read spanning one is not cached
-        events.subscribe(self._on_event, on_reset=self._reset)
-
-    def _reset(self) -> None:
-        self._changes += 1
-        self._sessions.clear()
+        events.subscribe(self._on_event, on_reset=self._sessions.clear)
 
     def _on_event(self, message: dict[str, Any]) -> None:
-        self._changes += 1
         if message.get("kind") == "session_revoked":
             self._sessions.pop(uuid.UUID(message["id"]), None)
         elif message.get("kind") == "user_changed":
@@ -79,12 +73,12 @@ class Authenticator:
             cached = self._sessions.get(session_id)
             if cached is not None:
                 return cached
-        changes_before = self._changes
+        generation = self._events.generation
         user = await repo.active_session_user(self._db, session_id)
         if user is None:
             raise Unauthenticated("the session has ended; log in again", code="session_ended")
         # A logout or suspension that committed during the read may predate it.
-        if self._events.connected and self._changes == changes_before:
+        if self._events.may_cache(generation):
             self._sessions[session_id] = user
         return user
 

@@ -36,18 +36,15 @@ class WorkspaceDirectory:
         self._on_change = on_change
         self._on_reset = on_reset
         self._cache: TTLCache[uuid.UUID, Workspace] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
-        self._changes = 0  # events and resets seen: a read spanning one is not cached
         events.subscribe(self._on_event, on_reset=self._reset)
 
     def _reset(self) -> None:
-        self._changes += 1
         self._cache.clear()
         self._on_reset()
 
     def _on_event(self, message: dict[str, Any]) -> None:
         if message.get("kind") != "workspace_changed":
             return
-        self._changes += 1
         workspace_id = uuid.UUID(message["id"])
         self._cache.pop(workspace_id, None)
         self._on_change(workspace_id, str(message.get("namespace", "")))
@@ -57,8 +54,8 @@ class WorkspaceDirectory:
             cached = self._cache.get(workspace_id)
             if cached is not None:
                 return cached
-        changes_before = self._changes
+        generation = self._events.generation
         workspace = await repo.get_workspace(self._db, workspace_id)
-        if workspace is not None and self._events.connected and self._changes == changes_before:
+        if workspace is not None and self._events.may_cache(generation):
             self._cache[workspace_id] = workspace
         return workspace
