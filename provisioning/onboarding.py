@@ -47,6 +47,15 @@ async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: st
     return existing
 
 
+async def ensure_objects(kube: KubeClient, steps: list[manifests.Step], workspace_id: str) -> list[dict[str, Any]]:
+    """The namespace (the first step) must exist first; the others only need
+    it, so they go together. Nothing can use them before the row says
+    provisioned, so their momentary order does not matter."""
+    first, *rest = steps
+    return [await ensure_object(kube, first, workspace_id),
+            *await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest))]
+
+
 async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: str, *,
                   tiers: Mapping[str, Tier], cluster_role: str, ip_address: str | None) -> Onboarded:
     if requested_tier not in tiers:
@@ -59,13 +68,9 @@ async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: st
         return Onboarded(workspace, tier, provisioned_now=False)
 
     workspace_id = str(workspace.id)
-    first, *rest = manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role)
-    # The namespace must exist first; the other four only need the namespace,
-    # so they go together. Nothing can use them before the row says
-    # provisioned, so their momentary order does not matter.
-    await ensure_object(kube, first, workspace_id)
-    objects = await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest))
-    made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(rest, objects)}
+    steps = manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role)
+    objects = await ensure_objects(kube, steps, workspace_id)
+    made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(steps[1:], objects[1:])}
 
     done = await repo.finish_provisioning(db, workspace.id, made["ServiceAccount"], AuditEvent(
         "InitWorkspace", user.id, workspace.id, ip_address,

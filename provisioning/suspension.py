@@ -42,7 +42,7 @@ from provisioning.errors import ClusterUnavailable, Conflict, NotFound
 from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeNotFound
 from provisioning.models import AuditEvent, User, Workspace
-from provisioning.onboarding import ensure_object
+from provisioning.onboarding import ensure_object, ensure_objects
 from provisioning.tiers import Tier
 
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
@@ -65,8 +65,8 @@ async def _change_status(db: Database, workspace_id: uuid.UUID, status: str, eve
 async def _replace_service_account(kube: KubeClient, workspace: Workspace) -> str:
     path = f"/api/v1/namespaces/{workspace.namespace}/serviceaccounts/{workspace.service_account}"
     try:
-        old_uid = str((await kube.get(path))["metadata"]["uid"])
-        await kube.delete(path)
+        deleted = await kube.delete(path)  # the deleted object (or a Status naming it)
+        old_uid = (deleted.get("metadata") or {}).get("uid") or (deleted.get("details") or {}).get("uid")
     except KubeNotFound:
         old_uid = None
     # A new object, so a new UID, even if the old one is still being finalised.
@@ -140,8 +140,7 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
         if tier is None:
             raise Conflict(f"the workspace's tier {workspace.tier!r} is no longer configured", code="unknown_tier")
         namespace, quota, limits, _account, binding = manifests.onboarding_steps(ns, wid, tier, cluster_role)
-        await ensure_object(kube, namespace, wid)
-        await asyncio.gather(ensure_object(kube, quota, wid), ensure_object(kube, limits, wid))
+        await ensure_objects(kube, [namespace, quota, limits], wid)
         new_uid = await _replace_service_account(kube, workspace)
         await asyncio.sleep(TOKEN_CACHE_GRACE_SECONDS)
         await ensure_object(kube, binding, wid)

@@ -69,9 +69,9 @@ DOCUMENT: dict[str, Any] = {
             params=[_query("workspace_id")])},
         "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 409, 503),
                                                         params=[_path_id()])},
-        "/api/v1/workspaces/{id}/resume": {"post": _op("Resume a workspace (admin); waits ~15 s for the API server's token cache", 200,
-                                                       errors=(403, 404, 409, 503),
-                                                       params=[_path_id()])},
+        "/api/v1/workspaces/{id}/resume": {"post": _op(
+            "Resume a workspace (admin); waits ~15 s for the API server's token cache", 200,
+            errors=(403, 404, 409, 503), params=[_path_id()])},
         "/api/v1/users/{id}/suspend": {"post": _op("Suspend a user: every session ends at once (admin)", 200,
                                                    errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/users/{id}/resume": {"post": _op("Let a suspended user log in again (admin)", 200,
