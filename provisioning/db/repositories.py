@@ -100,6 +100,12 @@ async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
 
 # -- workspaces ---------------------------------------------------------------
 
+# Every audit row is written by this statement: alone, with a FROM (one row
+# per row of a CTE) or with a WHERE (a row only if a condition holds).
+# Parameters $1-$6 are `_audit_row(event)`.
+_INSERT_AUDIT = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+                   SELECT $1, $2, $3, $4, $5::inet, $6::jsonb"""
+
 async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, service_account: str,
                           tier: str) -> tuple[Workspace, bool]:
     """Insert the user's workspace row, or return the one already there.
@@ -172,22 +178,18 @@ async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_acc
     None when the row was not `provisioning`: of two racing callers, exactly
     one sees the transition, and only its audit row is written."""
     row = await db.fetchrow(
-        """WITH done AS (
-               UPDATE workspaces SET status = 'provisioned', k8s_sa_uid = $2, updated_at = now()
-               WHERE id = $1 AND status = 'provisioning' RETURNING *),
-           audited AS (
-               INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-               SELECT $3, $4, $5, $6, $7::inet, $8::jsonb FROM done)
+        f"""WITH done AS (
+               UPDATE workspaces SET status = 'provisioned', k8s_sa_uid = $8, updated_at = now()
+               WHERE id = $7 AND status = 'provisioning' RETURNING *),
+           audited AS ({_INSERT_AUDIT} FROM done)
            SELECT * FROM done""",
-        workspace_id, service_account_uid, *_audit_row(event),
+        *_audit_row(event), workspace_id, service_account_uid,
     )
     return _workspace(row) if row else None
 
 
 # -- audit --------------------------------------------------------------------
 
-_INSERT_AUDIT = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-                   VALUES ($1, $2, $3, $4, $5::inet, $6::jsonb)"""
 
 
 def _audit_row(event: AuditEvent) -> tuple[Any, ...]:
@@ -211,11 +213,10 @@ async def record_issuance(db: Database, workspace: Workspace, event: AuditEvent)
     was read before the token was minted: provisioned, same ServiceAccount.
     False means it was suspended (or resumed afresh) meanwhile."""
     row = await db.fetchrow(
-        """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
-           SELECT $1, $2, $3, $4, $5::inet, $6::jsonb
-           WHERE EXISTS (SELECT 1 FROM workspaces WHERE id = $7 AND status = 'provisioned'
+        f"""{_INSERT_AUDIT}
+            WHERE EXISTS (SELECT 1 FROM workspaces WHERE id = $7 AND status = 'provisioned'
                           AND k8s_sa_uid IS NOT DISTINCT FROM $8)
-           RETURNING id""",
+            RETURNING id""",
         *_audit_row(event), workspace.id, workspace.service_account_uid,
     )
     return row is not None
