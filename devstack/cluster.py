@@ -7,8 +7,10 @@ roles are empty, quota is never enforced and namespaces never finish deleting,
 so every RBAC or quota test would pass for the wrong reason.
 
 The cluster writes two kubeconfigs: `admin.kubeconfig` (system:masters, for
-tests and operators) and `gateway.kubeconfig`, a client certificate for user
-`tenant-gateway` bound only to the ClusterRole in deploy/kubernetes. Children
+tests and operators) and `gateway.kubeconfig`, a client certificate carrying
+the username and groups of the in-cluster gateway's ServiceAccount. So the
+ClusterRoleBinding and admission policies in deploy/kubernetes apply to it
+unchanged, and the suite proves exactly what a real installation grants. Children
 get PR_SET_PDEATHSIG, so a killed parent never leaves a control plane behind.
 """
 
@@ -35,10 +37,14 @@ from devstack import pki
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build.sh"
-CLUSTERROLES = REPO_ROOT / "deploy" / "kubernetes" / "clusterroles.yaml"
-ADMISSION = REPO_ROOT / "deploy" / "kubernetes" / "admission.yaml"
+DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
+CLUSTERROLES = DEPLOY / "clusterroles.yaml"
+# Applied as shipped; the gateway's own Deployment and namespace are not needed here.
+CLUSTER_MANIFESTS = (CLUSTERROLES, DEPLOY / "admission.yaml", DEPLOY / "clusterrolebinding.yaml")
 
-GATEWAY_USER = "tenant-gateway"
+GATEWAY_NAMESPACE = "tenant-gateway-system"
+GATEWAY_USER = f"system:serviceaccount:{GATEWAY_NAMESPACE}:tenant-gateway"
+GATEWAY_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{GATEWAY_NAMESPACE}")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 # Controllers the gateway's behaviour depends on; see the module docstring.
 CONTROLLERS = (
@@ -134,6 +140,9 @@ class LocalCluster:
         pki_dir = self.state_dir / "pki"
         if not (pki_dir / "ca.crt").exists():
             self._write_pki(pki_dir)
+        elif pki.common_name(pki_dir / "gateway.crt") != GATEWAY_USER:
+            # A state dir from before the gateway took its ServiceAccount's name.
+            self._issue_gateway_cert(pki_dir)
         deadline = time.monotonic() + timeout
         try:
             etcd_url = self._start_etcd()
@@ -181,17 +190,22 @@ class LocalCluster:
         pki.issue(ca, ca_key, common_name="kube-apiserver",
                   server_hosts=("127.0.0.1", "localhost", "kubernetes.default.svc")).write(tmp, "apiserver")
         pki.issue(ca, ca_key, common_name="cluster-admin", organizations=("system:masters",)).write(tmp, "admin")
-        pki.issue(ca, ca_key, common_name=GATEWAY_USER, organizations=("tenant-gateway",)).write(tmp, "gateway")
+        self._issue_gateway_cert(tmp)
         sa_key = tmp / "sa.key"
         sa_key.write_bytes(pki.make_service_account_signing_key())
         sa_key.chmod(0o600)
         tmp.rename(pki_dir)  # all or nothing: a crash mid-way leaves no half PKI
 
+    @staticmethod
+    def _issue_gateway_cert(pki_dir: Path) -> None:
+        ca, ca_key = pki.load_ca(pki_dir)
+        pki.issue(ca, ca_key, common_name=GATEWAY_USER, organizations=GATEWAY_GROUPS).write(pki_dir, "gateway")
+
     def _write_kubeconfigs(self, pki_dir: Path) -> None:
         ca = (pki_dir / "ca.crt").read_bytes()
         for stem, path in (("admin", self.admin_kubeconfig), ("gateway", self.gateway_kubeconfig)):
             pair = pki.KeyPair((pki_dir / f"{stem}.crt").read_bytes(), (pki_dir / f"{stem}.key").read_bytes())
-            user = "cluster-admin" if stem == "admin" else GATEWAY_USER
+            user = "cluster-admin" if stem == "admin" else "tenant-gateway"
             path.write_text(_kubeconfig(self.server, ca, user, pair))
             path.chmod(0o600)
 
@@ -252,14 +266,7 @@ class LocalCluster:
         ])
 
     def _bootstrap_rbac(self) -> None:
-        binding = {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "tenant-gateway"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "tenant-gateway"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": GATEWAY_USER}],
-        }
-        manifests = CLUSTERROLES.read_text() + "\n---\n" + ADMISSION.read_text() + "\n---\n" + yaml.safe_dump(binding)
+        manifests = "\n---\n".join(path.read_text() for path in CLUSTER_MANIFESTS)
         self.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", "-", input=manifests)
 
     # -- probes ------------------------------------------------------------

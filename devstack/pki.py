@@ -72,6 +72,19 @@ def make_ca(common_name: str = "tenant-gateway-local-ca") -> tuple[KeyPair, ec.E
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)), key
 
 
+def load_ca(directory: Path) -> tuple[KeyPair, ec.EllipticCurvePrivateKey]:
+    """The CA written by `make_ca` into `directory` as ca.crt and ca.key."""
+    pair = KeyPair((directory / "ca.crt").read_bytes(), (directory / "ca.key").read_bytes())
+    key = serialization.load_pem_private_key(pair.key_pem, password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return pair, key
+
+
+def common_name(cert_path: Path) -> str:
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    return str(cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
 def issue(
     ca: KeyPair,
     ca_key: ec.EllipticCurvePrivateKey,

@@ -5,6 +5,10 @@ Each probe is a SelfSubjectAccessReview, which asks the real authorizer
 not our reading of Role objects. `REQUIRED` mirrors deploy/kubernetes's
 ClusterRole `tenant-gateway`; `FORBIDDEN` is what a compromised gateway must
 not be able to do. The comparison is pure; only `probe_permissions` does I/O.
+
+RBAC cannot keep the gateway's cluster-wide grants out of kube-system; the
+admission policy `tenant-gateway-confined` does. A dry-run write there shows
+whether it is in force: admission runs for dry runs, nothing is stored.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 from dataclasses import dataclass
 
 from provisioning.kube.client import KubeClient
+from provisioning.kube.errors import KubeAPIError, KubeForbidden
 
 
 @dataclass(frozen=True)
@@ -75,10 +80,17 @@ FORBIDDEN: tuple[Permission, ...] = (
 )
 
 
+# Where a confined gateway's write is refused by admission, and what it is.
+OUTSIDE_TENANTS_PROBE = ("/api/v1/namespaces/kube-system/serviceaccounts",
+                         {"metadata": {"name": "tenant-gateway-confinement-probe"}})
+UNCONFINED = ("writes outside tenant namespaces are admitted: ValidatingAdmissionPolicy "
+              "tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in force for this credential")
+
+
 @dataclass(frozen=True)
 class PermissionReport:
     missing: tuple[Permission, ...]
-    excessive: tuple[Permission, ...]
+    excessive: tuple[Permission | str, ...]
 
     @property
     def ok(self) -> bool:
@@ -89,10 +101,10 @@ class PermissionReport:
         return out or ["ok: the gateway's credential holds every permission it needs and nothing forbidden"]
 
 
-def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool]) -> PermissionReport:
+def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *, confined: bool) -> PermissionReport:
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
-        excessive=tuple(p for p in FORBIDDEN if allowed[p]),
+        excessive=tuple(p for p in FORBIDDEN if allowed[p]) + (() if confined else (UNCONFINED,)),
     )
 
 
@@ -104,5 +116,15 @@ async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> Permi
         answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
         return bool((answer.get("status") or {}).get("allowed"))
 
-    results = await asyncio.gather(*(allowed(p) for p in probes))
-    return evaluate(required, dict(zip(probes, results)))
+    async def confined() -> bool:
+        path, body = OUTSIDE_TENANTS_PROBE
+        try:
+            await kube.request("POST", path, body, query={"dryRun": "All"})
+        except KubeForbidden:
+            return True
+        except KubeAPIError:  # e.g. AlreadyExists: the write got past admission
+            pass
+        return False
+
+    *results, is_confined = await asyncio.gather(*(allowed(p) for p in probes), confined())
+    return evaluate(required, dict(zip(probes, results)), confined=is_confined)

@@ -143,7 +143,7 @@ def _self_check(settings: Settings, allow_excess: bool) -> None:
     if report.excessive:
         text = "the gateway's Kubernetes credential holds forbidden permissions:\n  " + "\n  ".join(map(str, report.excessive))
         if not allow_excess:
-            _fail(text + "\nrefusing to start; fix the ClusterRole or pass --allow-excess-permissions", 1)
+            _fail(text + "\nrefusing to start; fix the ClusterRole and admission policies, or pass --allow-excess-permissions", 1)
         log.warning("STARTING WITH EXCESS PERMISSIONS (--allow-excess-permissions): " + text)
 
 

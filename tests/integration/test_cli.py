@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from devstack.cluster import LocalCluster
 from tests.gatewayclient import PASSWORD, login
@@ -33,6 +34,26 @@ def test_check_refuses_cluster_admin_and_names_the_excess(cluster: LocalCluster,
     assert "excessive: * *.*" in result.stdout
     assert "excessive: get secrets in namespace kube-system" in result.stdout
     assert "excessive: impersonate users" in result.stdout
+    assert "tenant-gateway-confined" in result.stdout  # system:masters is not the gateway's account
+
+
+def test_check_refuses_the_gateway_role_without_its_admission_policy(
+        cluster: LocalCluster, gateway_env: dict[str, str], tmp_path: Path) -> None:
+    """The shipped ClusterRole held by an account the confinement policy does
+    not cover: RBAC alone would let it act in kube-system."""
+    cluster.kubectl_run("create", "namespace", "unconfined", check=False)
+    cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
+    cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
+                        "--serviceaccount=unconfined:gateway-copy", check=False)
+    token = cluster.kubectl_run("-n", "unconfined", "create", "token", "gateway-copy").stdout.strip()
+    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+    kubeconfig["users"][0]["user"] = {"token": token}
+    (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == ["excessive: writes outside tenant namespaces are admitted: "
+                                          "ValidatingAdmissionPolicy tenant-gateway-confined "
+                                          "(deploy/kubernetes/admission.yaml) is not in force for this credential"]
 
 
 def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:

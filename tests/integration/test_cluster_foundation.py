@@ -81,6 +81,45 @@ def test_gateway_identity_is_refused_what_it_must_never_do(
     assert _status(lambda: client.CoreV1Api(impersonating).list_namespace()) == 403
 
 
+def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.ApiClient, tenant: str) -> None:
+    """The `tenant-gateway-confined` admission policy, as shipped. RBAC alone
+    would let this credential act in every namespace; these are the moves a
+    thief would make with it."""
+    core, rbac = client.CoreV1Api(gateway_api), client.RbacAuthorizationV1Api(gateway_api)
+    # A token for any ServiceAccount outside the tenant namespaces (on most
+    # clusters kube-system holds controllers' accounts that lead to cluster-admin).
+    mint_in_kube_system = lambda: core.create_namespaced_service_account_token("default", "kube-system", {"spec": {}})  # noqa: E731
+    deadline = time.monotonic() + 10  # a freshly started cluster loads policies through an informer
+    while _status(mint_in_kube_system) != 403 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _status(mint_in_kube_system) == 403
+    core.create_namespaced_service_account(tenant, {"metadata": {"name": "other"}})
+    assert _status(lambda: core.create_namespaced_service_account_token("other", tenant, {"spec": {}})) == 403
+    assert _status(lambda: _token(gateway_api, tenant, seconds=7201)) == 403
+    assert _status(lambda: core.create_namespaced_service_account("kube-system", {"metadata": {"name": "x"}})) == 403
+    # tenant-admin bound where it could read someone else's Secrets, or to everyone.
+    into_kube_system = manifests.role_binding("kube-system", "x", "tenant-admin")
+    assert _status(lambda: rbac.create_namespaced_role_binding("kube-system", into_kube_system)) == 403
+    to_everyone = manifests.role_binding(tenant, "x", "tenant-admin")
+    to_everyone["metadata"]["name"] = "everyone"
+    to_everyone["subjects"] = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]
+    assert _status(lambda: rbac.create_namespaced_role_binding(tenant, to_everyone)) == 403
+    system_binding = rbac.list_namespaced_role_binding("kube-system").items[0].metadata.name
+    assert _status(lambda: rbac.delete_namespaced_role_binding(system_binding, "kube-system")) == 403
+    # Pulling kube-system into scope, or loosening a tenant namespace.
+    workspace_label = {"metadata": {"labels": {manifests.WORKSPACE_LABEL: "x"}}}
+    assert _status(lambda: core.patch_namespace("kube-system", workspace_label)) == 403
+    privileged = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
+    assert _status(lambda: core.patch_namespace(tenant, privileged)) == 403
+    assert _status(lambda: core.patch_namespace(tenant, workspace_label)) == 403
+    assert _status(lambda: core.create_namespace({"metadata": {"name": f"tenant-{uuid.uuid4()}"}})) == 403
+    assert _status(lambda: core.create_namespace(manifests.namespace("not-a-tenant", "x"))) == 403
+    # What the gateway itself does is untouched.
+    core.patch_namespace(tenant, manifests.suspended_label_patch(True))
+    core.patch_namespace(tenant, manifests.suspended_label_patch(False))
+    assert _status(lambda: _token(gateway_api, tenant, seconds=7200)) == 200
+
+
 def test_token_request_lives_exactly_7200_seconds_and_is_walled_in(
         cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str) -> None:
     token = _token(gateway_api, tenant)

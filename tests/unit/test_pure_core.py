@@ -16,7 +16,7 @@ from provisioning import manifests
 from provisioning.errors import Unauthenticated
 from provisioning.kube.tokens import credential_id
 from provisioning.kubeconfig import render_kubeconfig
-from provisioning.permissions import FORBIDDEN, Permission, evaluate, required_permissions
+from provisioning.permissions import FORBIDDEN, UNCONFINED, Permission, evaluate, required_permissions
 from provisioning.secrets import Secret
 from provisioning.tiers import parse_tiers
 from proxy.addresses import client_address
@@ -168,10 +168,11 @@ def test_rate_limit_arithmetic() -> None:
 def test_permission_report() -> None:
     required = required_permissions("tenant-admin")
     allowed = {p: True for p in required} | {p: False for p in FORBIDDEN}
-    assert evaluate(required, allowed).ok
+    assert evaluate(required, allowed, confined=True).ok
+    assert evaluate(required, allowed, confined=False).excessive == (UNCONFINED,)
     allowed[Permission("create", "serviceaccounts", subresource="token")] = False
     allowed[Permission("get", "secrets")] = True
-    report = evaluate(required, allowed)
+    report = evaluate(required, allowed, confined=True)
     assert [str(p) for p in report.missing] == ["create serviceaccounts/token cluster-wide"]
     assert [str(p) for p in report.excessive] == ["get secrets cluster-wide"]
 
