@@ -73,9 +73,12 @@ async def _stream(request: web.Request, response: web.StreamResponse, upstream: 
         async for chunk in upstream.content.iter_any():
             await response.write(chunk)
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError):
-        # The API server closed mid-stream (restart, watch timeout) or the
-        # session's own timeout ended it: end ours too.
-        pass
+        # The API server's answer broke off (a restart, the short session's
+        # deadline) or the client left. Break ours off as well: a clean end
+        # would hand the client a truncated LIST as if it were complete.
+        if request.transport is not None:
+            request.transport.close()
+        return
     await response.write_eof()
 
 
