@@ -16,7 +16,10 @@ Transfer-Encoding are recomputed on the way up. On the way down
 Content-Length and Content-Encoding stay, because bodies are relayed byte for
 byte and never decompressed; Transfer-Encoding goes because aiohttp
 re-chunks. Set-Cookie never reaches the browser: the API server has no
-business setting cookies on the gateway's origin.
+business setting cookies on the gateway's origin. Nor do its Access-Control-*
+headers (which origins may read is the gateway's CORS setting alone) or
+WWW-Authenticate (it describes the API server's authentication, and a Basic
+challenge makes browsers prompt for a password the gateway never asks for).
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ _REQUEST_DROPPED = frozenset({
 # Version and the filtered subprotocols), and must not be handed Extensions it
 # did not negotiate (compression it cannot undo).
 _REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-", "sec-websocket-")
-_RESPONSE_DROPPED = frozenset({"set-cookie", "set-cookie2"})
+_RESPONSE_DROPPED = frozenset({"set-cookie", "set-cookie2", "www-authenticate"})
+_RESPONSE_DROPPED_PREFIXES = ("access-control-",)
 
 
 def _comma_list(headers: MultiMapping[str], name: str) -> Iterable[str]:
@@ -75,7 +79,8 @@ def downstream_response_headers(upstream: MultiMapping[str]) -> CIMultiDict[str]
     dropped = HOP_BY_HOP | _RESPONSE_DROPPED | _nominated(upstream)
     out: CIMultiDict[str] = CIMultiDict()
     for name, value in upstream.items():
-        if name.lower() not in dropped:
+        lowered = name.lower()
+        if lowered not in dropped and not lowered.startswith(_RESPONSE_DROPPED_PREFIXES):
             out.add(name, value)
     return out
 

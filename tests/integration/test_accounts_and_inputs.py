@@ -198,6 +198,7 @@ async def test_every_answer_is_hardened_and_names_no_versions(gateway: Any, meth
     assert answer.headers["X-Content-Type-Options"] == "nosniff"
     assert answer.headers["X-Frame-Options"] == "DENY"
     assert answer.headers["Referrer-Policy"] == "no-referrer"
+    assert answer.headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
     assert answer.headers["X-Request-Id"]
 
 

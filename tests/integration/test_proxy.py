@@ -420,6 +420,7 @@ async def test_gzip_is_passed_through_untouched(gateway: Any) -> None:
         raw = await plain.get(gateway.make_url(f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps"),
                               headers={**user.bearer, "Accept-Encoding": "gzip"})
         assert raw.headers.get("Content-Encoding") == "gzip"
+        assert raw.headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
         body = await raw.read()
 
     assert len(json.loads(gzip.decompress(body))["items"]) >= 40

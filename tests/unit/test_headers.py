@@ -139,6 +139,9 @@ def test_websocket_handshake_is_never_copied_and_bearer_subprotocols_are_dropped
     ("Proxy-Connection", "close"),
     ("Set-Cookie", "session=attacker; Path=/"),
     ("set-cookie", "a=b"),
+    ("WWW-Authenticate", 'Basic realm="kubernetes-master"'),
+    ("Access-Control-Allow-Origin", "https://elsewhere.example"),
+    ("access-control-allow-credentials", "true"),
 ])
 def test_never_sent_downstream(name: str, value: str) -> None:
     assert names(downstream_response_headers(headers((name, value), ("Audit-Id", "x")))) == ["audit-id"]
