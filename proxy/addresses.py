@@ -1,8 +1,10 @@
-"""Which address a request came from.
+"""Which address a request came from, and which scheme the browser used.
 
 The socket peer, unless the peer is a trusted proxy: then the right-most
 X-Forwarded-For entry that is not itself a trusted proxy. Right-most, because
-everything to its left was written by the client and can be forged.
+everything to its left was written by the client and can be forged. Likewise
+X-Forwarded-Proto is believed only from a trusted proxy (a TLS-terminating
+ingress talks plain HTTP to the gateway).
 """
 
 from __future__ import annotations
@@ -45,3 +47,12 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: frozens
         if candidate not in trusted:
             return candidate
     return address
+
+
+def public_scheme(own_scheme: str, peer: str | None, forwarded_proto: str | None, trusted: frozenset[str]) -> str:
+    address = canonical(peer) if peer else None
+    if address is None or address not in trusted or forwarded_proto is None:
+        return own_scheme
+    # A chain of proxies appends; the first entry is what the browser used.
+    first = forwarded_proto.split(",", 1)[0].strip().lower()
+    return first if first in ("http", "https") else own_scheme

@@ -28,7 +28,7 @@ from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.ticket import Passthrough, Ticket
 from proxy.passthrough.upstream import Upstream
 from proxy.passthrough.websockets import relay_websocket
-from proxy.routes.common import client_ip, principal, uuid_from
+from proxy.routes.common import client_ip, principal, public_origin, uuid_from
 from proxy.token_cache import TenantTokenCache, TokenKey
 
 PASSTHROUGH = web.AppKey("passthrough", Passthrough)
@@ -47,7 +47,7 @@ def _check_upgrade_origin(request: web.Request, via_cookie: bool) -> None:
     if not via_cookie:
         return
     origin = request.headers.get("Origin")
-    own = f"{request.scheme}://{request.host}"
+    own = public_origin(request)
     allowed = request.app[keys.SETTINGS].cors_origins
     if origin is None or (origin != own and origin not in allowed):
         raise Forbidden("WebSocket upgrades with a session cookie need an allowed Origin", code="origin_refused")

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
 from proxy import keys
-from proxy.addresses import client_address
+from proxy.addresses import client_address, public_scheme
 from proxy.auth.authenticating import Principal
 
 # API bodies are tiny JSON objects; kubeconfig-sized bodies never come this way.
@@ -38,11 +38,22 @@ async def admin(request: web.Request) -> Principal:
     return found
 
 
-def client_ip(request: web.Request) -> str | None:
+def _peer_host(request: web.Request) -> str | None:
     peer = request.transport.get_extra_info("peername") if request.transport else None
-    host = peer[0] if isinstance(peer, (tuple, list)) and peer else None
-    return client_address(host, request.headers.get("X-Forwarded-For"),
+    return peer[0] if isinstance(peer, (tuple, list)) and peer else None
+
+
+def client_ip(request: web.Request) -> str | None:
+    return client_address(_peer_host(request), request.headers.get("X-Forwarded-For"),
                           request.app[keys.SETTINGS].trusted_proxies)
+
+
+def public_origin(request: web.Request) -> str:
+    """The gateway's origin as the browser sees it, also behind a trusted
+    TLS-terminating proxy (which keeps the Host header)."""
+    scheme = public_scheme(request.scheme, _peer_host(request), request.headers.get("X-Forwarded-Proto"),
+                           request.app[keys.SETTINGS].trusted_proxies)
+    return f"{scheme}://{request.host}"
 
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:

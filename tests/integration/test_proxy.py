@@ -407,6 +407,23 @@ async def test_cookie_upgrade_needs_an_allowed_origin(gateway: Any) -> None:
     assert refused.value.status == 403
 
 
+async def test_cookie_upgrade_origin_behind_a_trusted_tls_terminating_proxy(make_gateway: Any) -> None:
+    """Behind an ingress the gateway's own scheme is not the browser's; the
+    ingress's X-Forwarded-Proto is believed from a trusted peer (the unit
+    test of `public_scheme` covers untrusted ones). The test gateway serves
+    TLS, so the proxy here claims plain http."""
+    behind_proxy = await make_gateway(GATEWAY_TRUSTED_PROXIES="127.0.0.1")
+    user, workspace = await tenant(behind_proxy)
+    url = behind_proxy.make_url(f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
+                                ).with_query({"watch": "true"})
+    headers = {"Cookie": f"gw_session={user.token}; gw_csrf={user.csrf}", "Origin": f"http://{url.host}:{url.port}"}
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await behind_proxy.session.ws_connect(url, headers=headers)
+    assert refused.value.status == 403
+    async with behind_proxy.session.ws_connect(url, headers={**headers, "X-Forwarded-Proto": "http"}) as socket:
+        assert not socket.closed
+
+
 async def test_gzip_is_passed_through_untouched(gateway: Any) -> None:
     user, workspace = await tenant(gateway)
     ns = workspace["namespace"]

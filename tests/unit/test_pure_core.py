@@ -19,7 +19,7 @@ from provisioning.kubeconfig import render_kubeconfig
 from provisioning.permissions import FORBIDDEN, UNCONFINED, Permission, evaluate, required_permissions
 from provisioning.secrets import Secret
 from provisioning.tiers import parse_tiers
-from proxy.addresses import client_address
+from proxy.addresses import client_address, public_scheme
 from proxy.logs import MalformedRequestsAreWarnings
 from proxy.auth import sessions
 from proxy.ratelimit import retry_after
@@ -156,6 +156,17 @@ def test_csrf_is_bound_to_the_session() -> None:
 ])
 def test_client_address(peer: str, xff: str | None, expected: str) -> None:
     assert client_address(peer, xff, frozenset({"10.0.0.1", "10.0.0.2"})) == expected
+
+
+@pytest.mark.parametrize("peer, proto, expected", [
+    ("10.0.0.1", "https", "https"),  # a trusted TLS-terminating ingress
+    ("10.0.0.1", "HTTPS, http", "https"),  # the first hop is what the browser used
+    ("10.0.0.1", None, "http"),
+    ("10.0.0.1", "gopher", "http"),
+    ("203.0.113.9", "https", "http"),  # anyone else's claim is ignored
+])
+def test_public_scheme(peer: str, proto: str | None, expected: str) -> None:
+    assert public_scheme("http", peer, proto, frozenset({"10.0.0.1"})) == expected
 
 
 def test_rate_limit_arithmetic() -> None:
