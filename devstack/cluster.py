@@ -248,6 +248,9 @@ class LocalCluster:
             # 24 h: above the gateway's 2 h, so the requested lifetime is the one granted.
             "--service-account-max-token-expiration=24h",
             "--service-cluster-ip-range=10.96.0.0/24",
+            # As kubeadm and managed clusters run it, so Pod Security admission
+            # (not this flag) is what keeps tenants' privileged pods out.
+            "--allow-privileged=true",
             # The lease reconciler would publish 127.0.0.1 as an endpoint, which validation rejects.
             "--endpoint-reconciler-type=none",
             "--profiling=false",

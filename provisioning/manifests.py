@@ -17,6 +17,17 @@ WORKSPACE_LABEL = "tenant-gateway.io/workspace-id"
 # then refuses every change made there by the namespace's own ServiceAccounts.
 SUSPENDED_LABEL = "tenant-gateway.io/suspended"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tenant-gateway"}
+# Pod Security admission on every tenant namespace. Without it (the API
+# server's default is "privileged") a tenant could run a privileged or
+# hostPath pod and own the node, and with it every other tenant. "baseline"
+# refuses exactly those escapes and runs ordinary images; "restricted" is
+# advised through warnings and the audit log. Tenants cannot relabel their
+# namespace, and admission.yaml stops the gateway relabelling it.
+POD_SECURITY = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/audit": "restricted",
+}
 TENANT_SERVICE_ACCOUNT = "sa-tenant-admin"
 TENANT_ROLEBINDING = "tenant-admin"
 QUOTA_NAME = "tenant-quota"
@@ -37,7 +48,9 @@ def _metadata(name: str, workspace_id: str, namespace: str | None = None) -> dic
 
 
 def namespace(name: str, workspace_id: str) -> Manifest:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(name, workspace_id)}
+    meta = _metadata(name, workspace_id)
+    meta["labels"].update(POD_SECURITY)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
 def service_account(ns: str, workspace_id: str) -> Manifest:

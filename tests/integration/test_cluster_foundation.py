@@ -109,11 +109,14 @@ def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.
     # Pulling kube-system into scope, or loosening a tenant namespace.
     workspace_label = {"metadata": {"labels": {manifests.WORKSPACE_LABEL: "x"}}}
     assert _status(lambda: core.patch_namespace("kube-system", workspace_label)) == 403
-    privileged = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
-    assert _status(lambda: core.patch_namespace(tenant, privileged)) == 403
     assert _status(lambda: core.patch_namespace(tenant, workspace_label)) == 403
     assert _status(lambda: core.create_namespace({"metadata": {"name": f"tenant-{uuid.uuid4()}"}})) == 403
     assert _status(lambda: core.create_namespace(manifests.namespace("not-a-tenant", "x"))) == 403
+    without_pod_security = manifests.namespace(f"tenant-{uuid.uuid4()}", "x")
+    without_pod_security["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
+    assert _status(lambda: core.create_namespace(without_pod_security)) == 403
+    loosened = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
+    assert _status(lambda: core.patch_namespace(tenant, loosened)) == 403
     # What the gateway itself does is untouched.
     core.patch_namespace(tenant, manifests.suspended_label_patch(True))
     core.patch_namespace(tenant, manifests.suspended_label_patch(False))
@@ -180,6 +183,20 @@ def test_resource_quota_rejects_an_over_quota_pod(
     modest = {"metadata": {"name": "modest"}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}
     created = tenant_api.create_namespaced_pod(tenant, modest)
     assert created.spec.containers[0].resources.requests["cpu"] == "100m"
+
+
+@pytest.mark.parametrize("escape", [
+    {"containers": [{"name": "c", "image": "x", "securityContext": {"privileged": True}}]},
+    {"containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+    {"containers": [{"name": "c", "image": "x"}], "hostPID": True},
+    {"containers": [{"name": "c", "image": "x", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
+])
+def test_pod_security_refuses_a_pod_that_could_take_the_node(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant: str, escape: dict[str, object]) -> None:
+    tenant_api = client.CoreV1Api(kubeclients.from_token(cluster, _token(gateway_api, tenant)))
+    with pytest.raises(ApiException) as refused:
+        tenant_api.create_namespaced_pod(tenant, {"metadata": {"name": "escape"}, "spec": escape})
+    assert refused.value.status == 403 and "violates PodSecurity" in str(refused.value.body)
 
 
 async def test_postgres_round_trip(database_url: str) -> None:

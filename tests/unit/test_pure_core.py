@@ -97,6 +97,7 @@ def test_manifests_carry_the_workspace_label_and_bind_only_in_namespace() -> Non
     assert binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == "tenant-u"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sa-tenant-admin", "namespace": "tenant-u"}]
     assert steps[3].body["automountServiceAccountToken"] is False
+    assert steps[0].body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
 
 
 def test_kubeconfig_has_the_contract_shape_and_cannot_be_injected() -> None:
