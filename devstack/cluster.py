@@ -155,6 +155,7 @@ class LocalCluster:
             self._start_controller_manager(pki_dir)
             self._bootstrap_rbac()
             self._wait_for(self._controllers_working, "kube-controller-manager", deadline)
+            self._wait_for(self._policies_enforced, "admission policies", deadline)
         except BaseException:
             self.stop()
             raise
@@ -307,6 +308,12 @@ class LocalCluster:
         if admin_role.returncode != 0 or not json.loads(admin_role.stdout).get("rules"):
             return False
         return self.kubectl_run("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0
+
+    def _policies_enforced(self) -> bool:
+        """Policies load through an informer; tests must not race it."""
+        probe = self.kubectl_run("-n", "kube-system", "create", "serviceaccount", "policy-probe", "--dry-run=server",
+                                 kubeconfig=self.gateway_kubeconfig, check=False)
+        return probe.returncode != 0 and "tenant-gateway-confined" in probe.stderr
 
     def _wait_for(self, probe: Callable[[], bool], what: str, deadline: float) -> None:
         while time.monotonic() < deadline:
