@@ -138,11 +138,7 @@ class LocalCluster:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         pki_dir = self.state_dir / "pki"
-        if not (pki_dir / "ca.crt").exists():
-            self._write_pki(pki_dir)
-        elif pki.common_name(pki_dir / "gateway.crt") != GATEWAY_USER:
-            # A state dir from before the gateway took its ServiceAccount's name.
-            self._issue_gateway_cert(pki_dir)
+        self.ensure_pki(pki_dir)
         deadline = time.monotonic() + timeout
         try:
             etcd_url = self._start_etcd()
@@ -180,6 +176,13 @@ class LocalCluster:
         self.stop()
 
     # -- pieces ------------------------------------------------------------
+
+    def ensure_pki(self, pki_dir: Path) -> None:
+        if not (pki_dir / "ca.crt").exists():
+            self._write_pki(pki_dir)
+        elif pki.common_name(pki_dir / "gateway.crt") != GATEWAY_USER:
+            # A state dir from before the gateway took its ServiceAccount's name.
+            self._issue_gateway_cert(pki_dir)
 
     def _write_pki(self, pki_dir: Path) -> None:
         tmp = pki_dir.with_name("pki.tmp")

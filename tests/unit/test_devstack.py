@@ -1,0 +1,39 @@
+"""The local cluster's certificates, without starting it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from devstack import pki
+from devstack.cluster import GATEWAY_GROUPS, GATEWAY_USER, LocalCluster
+
+
+def _subject(cert_path: Path) -> tuple[str, list[str]]:
+    subject = x509.load_pem_x509_certificate(cert_path.read_bytes()).subject
+    return (str(subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value),
+            [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)])
+
+
+def test_gateway_certificate_carries_the_service_account_identity(tmp_path: Path) -> None:
+    cluster = LocalCluster(state_dir=tmp_path, bin_dir=tmp_path)
+    cluster.ensure_pki(tmp_path / "pki")
+    assert _subject(tmp_path / "pki" / "gateway.crt") == (GATEWAY_USER, list(GATEWAY_GROUPS))
+
+
+def test_a_dev_state_dir_from_before_gets_its_gateway_certificate_reissued(tmp_path: Path) -> None:
+    """Its etcd data and CA stay; only the gateway's identity changes, so the
+    shipped ClusterRoleBinding and policies apply to it."""
+    cluster = LocalCluster(state_dir=tmp_path, bin_dir=tmp_path)
+    pki_dir = tmp_path / "pki"
+    cluster.ensure_pki(pki_dir)
+    ca, ca_key = pki.load_ca(pki_dir)
+    pki.issue(ca, ca_key, common_name="tenant-gateway", organizations=("tenant-gateway",)).write(pki_dir, "gateway")
+    ca_before = (pki_dir / "ca.crt").read_bytes()
+    cluster.ensure_pki(pki_dir)
+    assert _subject(pki_dir / "gateway.crt") == (GATEWAY_USER, list(GATEWAY_GROUPS))
+    assert (pki_dir / "ca.crt").read_bytes() == ca_before
+    issued = x509.load_pem_x509_certificate((pki_dir / "gateway.crt").read_bytes())
+    issued.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_before))
