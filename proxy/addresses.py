@@ -50,8 +50,7 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: frozens
 
 
 def public_scheme(own_scheme: str, peer: str | None, forwarded_proto: str | None, trusted: frozenset[str]) -> str:
-    address = canonical(peer) if peer else None
-    if address is None or address not in trusted or forwarded_proto is None:
+    if not peer or forwarded_proto is None or canonical(peer) not in trusted:
         return own_scheme
     # A chain of proxies appends; the first entry is what the browser used.
     first = forwarded_proto.split(",", 1)[0].strip().lower()

@@ -57,32 +57,32 @@ def _nominated(headers: MultiMapping[str]) -> frozenset[str]:
     return frozenset(name.lower() for name in _comma_list(headers, "Connection"))
 
 
+def _without(headers: MultiMapping[str], names: frozenset[str], prefixes: tuple[str, ...]) -> CIMultiDict[str]:
+    """A copy less hop-by-hop and Connection-nominated headers, `names` and
+    any header starting with one of `prefixes`."""
+    dropped = HOP_BY_HOP | names | _nominated(headers)
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        lowered = name.lower()
+        if lowered not in dropped and not lowered.startswith(prefixes):
+            out.add(name, value)
+    return out
+
+
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
     """The client's headers made safe for the API server, carrying the
     tenant's token and nothing else that could claim an identity. A WebSocket
     handshake is left out whole: the client library writes its own, offering
     `websocket_subprotocols`.
     """
-    dropped = HOP_BY_HOP | _REQUEST_DROPPED | _nominated(incoming)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in incoming.items():
-        lowered = name.lower()
-        if lowered in dropped or lowered.startswith(_REQUEST_DROPPED_PREFIXES):
-            continue
-        out.add(name, value)
+    out = _without(incoming, _REQUEST_DROPPED, _REQUEST_DROPPED_PREFIXES)
     out["Authorization"] = f"Bearer {bearer_token}"
     return out
 
 
 def downstream_response_headers(upstream: MultiMapping[str]) -> CIMultiDict[str]:
     """The API server's headers as the client should see them."""
-    dropped = HOP_BY_HOP | _RESPONSE_DROPPED | _nominated(upstream)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in upstream.items():
-        lowered = name.lower()
-        if lowered not in dropped and not lowered.startswith(_RESPONSE_DROPPED_PREFIXES):
-            out.add(name, value)
-    return out
+    return _without(upstream, _RESPONSE_DROPPED, _RESPONSE_DROPPED_PREFIXES)
 
 
 # Browsers cannot set Authorization on a WebSocket, so Kubernetes accepts a
