@@ -40,9 +40,11 @@ def pct(values: list[float], q: float) -> float:
 
 
 class Targets:
-    """The same Kubernetes path reached four ways: the three the issue names,
-    and the bare aiohttp relay, which shows what the chosen libraries cost
-    on this machine before the gateway does any work of its own."""
+    """The same Kubernetes path reached every way: the three the issue names;
+    the bare aiohttp relay, which shows what the chosen libraries cost on
+    this machine before the gateway does any work of its own; and the
+    compiled references (Go's reverse proxy, nginx, a plain TCP hop), which
+    show what a relay in another language would cost here."""
 
     def __init__(self, stack: Stack, tenant: Tenant) -> None:
         assert stack.cluster is not None
@@ -55,7 +57,10 @@ class Targets:
             "aiohttp-floor": (stack.floor_url, {}, str(stack.ca_file)),
         }
         self.processes = {"gateway": stack.gateway, "aiohttp-floor": stack.floor_relay}
-        """The Python relays whose CPU per request is read from /proc."""
+        """The relays whose CPU per request is read from /proc."""
+        for name, reference in stack.references.items():
+            self.base[name] = (reference.url, reference.headers, reference.ca_file)
+            self.processes[name] = reference.process
 
     def job(self, target: str, path: str, **extra: Any) -> dict[str, Any]:
         base, headers, ca = self.base[target]
@@ -408,26 +413,48 @@ def print_table(r: dict[str, Any]) -> None:
     print("\ntarget                               measured     ok")
     for name, value, ok in verdicts(r):
         print(f"  {name:<36} {value:>12}  {'yes' if ok else 'NO'}")
-    print("\nagainst the bare aiohttp relay (context, not a target)")
-    for name, value in floor_comparison(r).items():
-        print(f"  {name:<52} {value}")
+    print_relays(r)
 
 
-def floor_comparison(r: dict[str, Any]) -> dict[str, str]:
-    """How much of the gateway's cost is aiohttp + TLS, and how much its own work."""
-    g32, lst = r["small_get"]["c32"], r["list_500"]
-    gateway_cpu, floor_cpu = g32["gateway"]["cpu_ms_per_request"], g32["aiohttp-floor"]["cpu_ms_per_request"]
+def relay_comparison(r: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Every relay against the direct connection, in one table: the gateway,
+    the bare aiohttp relay, kubectl proxy (plain HTTP on its client leg) and
+    the compiled references. Shows which targets any relay could meet here."""
+    g1, g32, lst = r["small_get"]["c1"], r["small_get"]["c32"], r["list_500"]
+    delivery = r["watches"]["delivery"]
+
+    def ratio(table: dict[str, Any], relay: str, key: str) -> float | None:
+        return table[relay][key] / table["direct"][key] if relay in table else None
+
     return {
-        "floor CPU per GET (ms)": f"{floor_cpu:.3f}",
-        "gateway's own work per GET (ms CPU, gateway - floor)": f"{gateway_cpu - floor_cpu:.3f}",
-        "floor GET c32 rps vs direct": f"{g32['aiohttp-floor']['rps'] / g32['direct']['rps']:.2f}x",
-        "floor LIST 500 identity p50 vs direct":
-            f"{lst['identity']['aiohttp-floor']['p50_ms'] / lst['identity']['direct']['p50_ms']:.2f}x",
-        "floor LIST 500 gzip p50 vs direct":
-            f"{lst['gzip']['aiohttp-floor']['p50_ms'] / lst['gzip']['direct']['p50_ms']:.2f}x",
-        "floor watch delivery p99 added (ms)":
-            f"{r['watches']['delivery']['aiohttp-floor']['p99_ms'] - r['watches']['delivery']['direct']['p99_ms']:.2f}",
+        relay: {
+            "c1_p50_vs_direct": ratio(g1, relay, "p50_ms"),
+            "c32_rps_vs_direct": ratio(g32, relay, "rps"),
+            "cpu_ms_per_get": g32[relay].get("cpu_ms_per_request"),
+            "list_identity_p50_vs_direct": ratio(lst["identity"], relay, "p50_ms"),
+            "list_gzip_p50_vs_direct": ratio(lst["gzip"], relay, "p50_ms"),
+            "watch_delivery_p99_added_ms": delivery[relay]["p99_ms"] - delivery["direct"]["p99_ms"]
+            if relay in delivery else None,
+        }
+        for relay in g32 if relay != "direct"
     }
+
+
+def print_relays(r: dict[str, Any]) -> None:
+    print("\nevery relay against direct (targets: c1 <= 1.3x, c32 >= 0.75x, CPU <= 0.3 ms, LIST <= 1.15x / 1.05x)")
+    print(f"  {'relay':<15} {'c1 p50':>7} {'c32 rps':>8} {'CPU/GET':>8} {'LIST id':>8} {'LIST gz':>8} {'watch +p99':>11}")
+    for relay, row in r["relays"].items():
+        def cell(key: str, form: str) -> str:
+            value = row[key]
+            return format(value, form) if value is not None else "-"
+        print(f"  {relay:<15} {cell('c1_p50_vs_direct', '.2f'):>6}x {cell('c32_rps_vs_direct', '.2f'):>7}x "
+              f"{cell('cpu_ms_per_get', '.3f'):>8} {cell('list_identity_p50_vs_direct', '.2f'):>7}x "
+              f"{cell('list_gzip_p50_vs_direct', '.2f'):>7}x {cell('watch_delivery_p99_added_ms', '.2f'):>8} ms")
+    for relay, why in r.get("missing_references", {}).items():
+        print(f"  {relay:<15} not measured: {why}")
+    gateway, floor = r["relays"]["gateway"]["cpu_ms_per_get"], r["relays"]["aiohttp-floor"]["cpu_ms_per_get"]
+    if gateway is not None and floor is not None:
+        print(f"  the gateway's own work per GET (gateway - aiohttp floor): {gateway - floor:.3f} ms CPU")
 
 
 async def main() -> None:
@@ -439,6 +466,7 @@ async def main() -> None:
             tenant = await stack.new_tenant(session)
         stack.start_kubectl_proxy(tenant)
         stack.start_floor_relay(tenant)
+        stack.start_references(tenant)
         await asyncio.sleep(2)
         results: dict[str, Any] = {"idle_rss_mib": stack.gateway_rss_mib(), "quick": QUICK,
                                    "cluster_start_seconds": stack.cluster_start_seconds}
@@ -455,7 +483,8 @@ async def main() -> None:
         stack.stop()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "nogit"
     results["verdicts"] = [{"target": n, "measured": v, "ok": ok} for n, v, ok in verdicts(results)]
-    results["floor_comparison"] = floor_comparison(results)
+    results["relays"] = relay_comparison(results)
+    results["missing_references"] = stack.missing_references
     results["started"] = started.isoformat()
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{started:%Y-%m-%d}-{commit}.json"

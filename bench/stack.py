@@ -1,8 +1,8 @@
 """Everything a benchmark run needs, started side by side on loopback: the
 local control plane, an embedded PostgreSQL, the gateway as its own process
 (so its CPU, memory and descriptors can be read from /proc), `kubectl proxy`,
-the bare aiohttp relay (bench/floor_relay.py), and one tenant whose
-ServiceAccount every target uses."""
+the bare aiohttp relay (bench/floor_relay.py), the compiled reference relays
+(bench/references), and one tenant whose ServiceAccount every target uses."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import socket
 import ssl
 import subprocess
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,20 @@ class Tenant:
 
 
 @dataclass
+class Reference:
+    """A relay the gateway is read against: where to send requests, and its
+    process, whose CPU per request is read from /proc."""
+
+    url: str
+    headers: dict[str, str]
+    ca_file: str | None
+    process: subprocess.Popen[bytes]
+
+
+REFERENCES_SOURCE = Path(__file__).with_name("references")
+
+
+@dataclass
 class Stack:
     root: Path
     cluster: LocalCluster | None = None
@@ -78,6 +93,9 @@ class Stack:
     tls_files: tuple[Path, Path] = (Path(), Path())
     """The gateway's serving certificate and key (the floor relay serves with them too)."""
     database_url: str = ""
+    references: dict[str, Reference] = field(default_factory=dict)
+    missing_references: dict[str, str] = field(default_factory=dict)
+    """Reference relays that could not be started here, and why."""
     cluster_start_seconds: float = 0.0
     """Time to a ready control plane with cached binaries (the foundation's < 30 s)."""
 
@@ -140,8 +158,78 @@ class Stack:
         self.floor_url = f"https://127.0.0.1:{port}"
         wait_for_port(port, "the floor relay")
 
+    def start_references(self, tenant: Tenant) -> None:
+        """Go's reverse proxy and nginx (TLS on both legs, the tenant's token
+        attached, like the floor relay) and a plain TCP hop. nginx is used
+        when installed (Debian: nginx-light); the others need only Go, which
+        the local control plane's build needs anyway."""
+        assert self.cluster is not None
+        cert, key = (str(path) for path in self.tls_files)
+        binary = self.root / "relay"
+        build = subprocess.run(["go", "build", "-trimpath", "-o", str(binary), "."], cwd=REFERENCES_SOURCE,
+                               env={**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"},
+                               capture_output=True, text=True)
+        if build.returncode != 0:
+            self.missing_references["go-relay"] = self.missing_references["tcp-hop"] = build.stderr[-500:]
+        else:
+            for name, mode, headers, ca in (
+                    ("go-relay", "http", {}, str(self.ca_file)),
+                    ("tcp-hop", "tcp", {"Authorization": f"Bearer {tenant.sa_token}"}, str(self.cluster.ca_file))):
+                port = free_port()
+                env = {**os.environ, "RELAY_PORT": str(port), "RELAY_UPSTREAM": self.cluster.server,
+                       "RELAY_UPSTREAM_CA": str(self.cluster.ca_file), "RELAY_TOKEN": tenant.sa_token,
+                       "RELAY_TLS_CERT": cert, "RELAY_TLS_KEY": key}
+                process = subprocess.Popen([str(binary), mode], env=env, stdout=subprocess.DEVNULL,
+                                           stderr=open(self.root / f"{name}.log", "wb"))
+                wait_for_port(port, name)
+                self.references[name] = Reference(f"https://127.0.0.1:{port}", headers, ca, process)
+        nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+        if nginx is None:
+            self.missing_references["nginx"] = "nginx is not installed (Debian: apt-get install nginx-light)"
+            return
+        port = free_port()
+        directory = self.root / "nginx"
+        directory.mkdir()
+        upstream = self.cluster.server.removeprefix("https://")
+        (directory / "nginx.conf").write_text(f"""
+daemon off;
+master_process off;
+worker_processes 1;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  client_body_temp_path {directory};
+  proxy_temp_path {directory};
+  upstream api {{ server {upstream}; keepalive 1024; }}
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    location / {{
+      proxy_pass https://api;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer {tenant.sa_token}";
+      proxy_ssl_trusted_certificate {self.cluster.ca_file};
+      proxy_ssl_verify on;
+      proxy_ssl_name localhost;
+      proxy_ssl_session_reuse on;
+      proxy_buffering off;
+      proxy_read_timeout 1h;
+    }}
+  }}
+}}
+""")
+        process = subprocess.Popen([nginx, "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port, "nginx")
+        self.references["nginx"] = Reference(f"https://127.0.0.1:{port}", {}, str(self.ca_file), process)
+
     def stop(self) -> None:
-        for process in (self.kubectl_proxy, self.floor_relay, self.gateway):
+        for process in (self.kubectl_proxy, self.floor_relay, self.gateway,
+                        *(reference.process for reference in self.references.values())):
             if process is not None and process.poll() is None:
                 process.terminate()
                 try:

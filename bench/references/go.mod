@@ -1,0 +1,3 @@
+module tenant-gateway.io/bench/references
+
+go 1.24
