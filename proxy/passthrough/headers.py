@@ -69,6 +69,14 @@ def _without(headers: MultiMapping[str], names: frozenset[str], prefixes: tuple[
     return out
 
 
+# Sent when the client sent none, so that the client library adds nothing of
+# its own: its default Accept-Encoding ("gzip, deflate") would have the API
+# server compress answers for a client that never asked, and its User-Agent
+# names a library version. (Asking the library to skip its defaults instead
+# costs a header copy on every request.)
+UPSTREAM_DEFAULTS = {"Accept-Encoding": "identity", "User-Agent": "tenant-gateway"}
+
+
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
     """The client's headers made safe for the API server, carrying the
     tenant's token and nothing else that could claim an identity. A WebSocket
@@ -77,6 +85,8 @@ def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> 
     """
     out = _without(incoming, _REQUEST_DROPPED, _REQUEST_DROPPED_PREFIXES)
     out["Authorization"] = f"Bearer {bearer_token}"
+    for name, value in UPSTREAM_DEFAULTS.items():
+        out.setdefault(name, value)
     return out
 
 

@@ -21,8 +21,20 @@ from aiohttp import web
 from provisioning.errors import ClusterUnavailable, UpstreamError
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.ticket import Ticket
+from proxy.passthrough.upstream import METHODS_GIVEN_A_CONTENT_TYPE, NO_CONTENT_TYPE
 
 _CHUNK = 64 * 1024
+
+
+class _ShortResponse(web.StreamResponse):
+    """A relayed answer to an ordinary request: its headers leave with the
+    first piece of the body, as one TLS record and one write, instead of on
+    their own (half the segments, and half the wake-ups of the client, for a
+    small object). A watch or log stream keeps aiohttp's default, headers at
+    once, so the client learns the stream is open before the first event."""
+
+    _send_headers_immediately = False
+
 
 
 async def _send(ticket: Ticket, request: web.Request, token: str) -> aiohttp.ClientResponse:
@@ -36,6 +48,7 @@ async def _send(ticket: Ticket, request: web.Request, token: str) -> aiohttp.Cli
             headers=upstream_request_headers(request.headers, token),
             data=request.content.iter_chunked(_CHUNK) if has_body else None,
             allow_redirects=False,
+            skip_auto_headers=NO_CONTENT_TYPE if request.method in METHODS_GIVEN_A_CONTENT_TYPE else None,
         )
     except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
         raise ClusterUnavailable() from error
@@ -57,8 +70,9 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
     # while the body streams must not leave its write unaudited.
     ticket.audit_write(upstream.status)
     async with upstream:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=downstream_response_headers(upstream.headers))
+        kind = web.StreamResponse if ticket.decision.long_running else _ShortResponse
+        response = kind(status=upstream.status, reason=upstream.reason,
+                        headers=downstream_response_headers(upstream.headers))
         if ticket.decision.long_running:
             with ticket.passthrough.streams.track(ticket.workspace.id):
                 await _stream(request, response, upstream)
@@ -97,7 +111,7 @@ async def relay_namespace_list(request: web.Request, ticket: Ticket) -> web.Resp
     session = ticket.passthrough.upstream.short
     headers = upstream_request_headers(request.headers, await ticket.token())
     headers["Accept"] = "application/json"
-    headers.pop("Accept-Encoding", None)
+    headers["Accept-Encoding"] = "identity"  # parsed here, so never compressed
     try:
         async with session.get(ticket.passthrough.upstream.url(path, ""), headers=headers,
                                allow_redirects=False) as upstream:

@@ -10,9 +10,12 @@ watches are normal):
 - short: ordinary requests, a finite total timeout;
 - long: watch, follow, exec; no total or read timeout (aiohttp's default
   300 s total would cut every watch), only a connect timeout.
-Neither invents headers the client did not send (a made-up Content-Type
-turns a body the API server would accept into a 415). Both never decompress (`auto_decompress=False`: bodies are relayed byte for
-byte, gzip included) and never follow redirects (callers pass
+Neither invents a Content-Type the client did not send (a made-up one turns
+a body the API server would accept into a 415): callers pass
+`skip_auto_headers=NO_CONTENT_TYPE` for the methods the library would give
+one, while Accept-Encoding and User-Agent are always set by
+proxy.passthrough.headers. Both never decompress (`auto_decompress=False`:
+bodies are relayed byte for byte, gzip included) and never follow redirects (callers pass
 `allow_redirects=False`; a redirect from upstream is relayed, not chased).
 `ws_connect` has no such switch, so the long session, which makes the
 upgrades, also refuses any redirect from a request trace hook.
@@ -29,6 +32,11 @@ from yarl import URL
 _CONNECT = 5.0
 SHORT_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=_CONNECT)
 LONG_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=_CONNECT)
+
+
+# The methods for which the client library would add "application/octet-stream".
+METHODS_GIVEN_A_CONTENT_TYPE = frozenset({"POST", "PUT", "PATCH"})
+NO_CONTENT_TYPE = ("Content-Type",)
 
 
 class RedirectRefused(aiohttp.ClientError):
@@ -60,7 +68,7 @@ class Upstream:
         self._connector = aiohttp.TCPConnector(limit=0, ssl=ssl_context(ca_pem), keepalive_timeout=60,
                                                enable_cleanup_closed=True)
         common = {"connector": self._connector, "connector_owner": False, "auto_decompress": False,
-                  "cookie_jar": aiohttp.DummyCookieJar(), "skip_auto_headers": ("User-Agent", "Accept-Encoding", "Content-Type")}
+                  "cookie_jar": aiohttp.DummyCookieJar()}
         self.short = aiohttp.ClientSession(timeout=SHORT_TIMEOUT, **common)  # type: ignore[arg-type]
         self.long = aiohttp.ClientSession(timeout=LONG_TIMEOUT, trace_configs=[_redirects_refused()],
                                           **common)  # type: ignore[arg-type]
