@@ -13,8 +13,10 @@ import datetime
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -195,7 +197,8 @@ async def delivery_latency(stack: Stack, targets: Targets, watchers: int = 20, e
             ready = asyncio.Event()
             readies.append(ready)
             tasks.append(asyncio.create_task(watch(target, session, ready)))
-    await asyncio.gather(*(r.wait() for r in readies))
+    # A relay that holds a watch's headers back would otherwise hang the run here.
+    await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 60)
     await asyncio.sleep(1)
     assert stack.cluster is not None
     import ssl as _ssl
@@ -494,4 +497,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    # Stopped from outside: still stop every process the run started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     asyncio.run(main())

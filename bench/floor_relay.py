@@ -23,6 +23,7 @@ import uvloop
 from aiohttp import web
 
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
+from proxy.passthrough.relaying import ShortResponse
 from proxy.passthrough.upstream import Upstream
 
 UPSTREAM = web.AppKey("upstream", Upstream)
@@ -30,17 +31,22 @@ UPSTREAM = web.AppKey("upstream", Upstream)
 
 async def relay(request: web.Request) -> web.StreamResponse:
     upstream = request.app[UPSTREAM]
-    raw_path, _, raw_query = request.raw_path.partition("?")
+    raw_path = request.raw_path
     headers = upstream_request_headers(request.headers, os.environ["FLOOR_TOKEN"])
-    async with upstream.long.request(request.method, upstream.url(raw_path, raw_query), headers=headers,
-                                     allow_redirects=False) as answer:
-        response = web.StreamResponse(status=answer.status, reason=answer.reason,
-                                      headers=downstream_response_headers(answer.headers))
+    answer = await upstream.pool.request(request.method, raw_path, headers, timeout=None)  # watches too
+    try:
+        # As the gateway does: a short answer's headers leave with its body,
+        # a watch's at once.
+        kind = web.StreamResponse if request.query.get("watch") else ShortResponse
+        response = kind(status=answer.status, reason=answer.reason,
+                        headers=downstream_response_headers(answer.headers))
         await response.prepare(request)
-        async for chunk in answer.content.iter_any():
+        while chunk := await answer.read_chunk():
             await response.write(chunk)
         await response.write_eof()
         return response
+    finally:
+        answer.close()
 
 
 def main() -> None:

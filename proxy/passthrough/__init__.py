@@ -8,13 +8,14 @@ process -> a cached tenant token is attached (token_cache) -> the request is
 relayed (relaying for HTTP, websockets for exec/attach/port-forward).
 
 Trust boundaries: the client's identity headers never travel upstream
-(headers); the upstream client (upstream) holds only the cluster's CA, never
+(headers); the upstream clients (upstream: the HTTP/1.1 pool of http1 and
+an aiohttp session for WebSocket upgrades) hold only the cluster's CA, never
 the gateway's own credential, which lives in provisioning.kube.client.
 
 Streaming: bodies are never buffered whole or decompressed; long-running
-requests (watch, follow, exec) use a session without total or read timeouts
-and register with the stream registry (streams), which suspension uses to
-cut them on every replica, driven by PostgreSQL NOTIFY (tenants).
+requests (watch, follow, exec) have no total or read timeout and register
+with the stream registry (streams), which suspension uses to cut them on
+every replica, driven by PostgreSQL NOTIFY (tenants).
 
 Cost in steady state: a proxied request makes no TokenRequest and no
 database query: sessions, workspaces and tokens are all cached, and every

@@ -32,15 +32,15 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "proxy-connection",
 })
-_REQUEST_DROPPED = frozenset({
+_REQUEST_DROPPED = HOP_BY_HOP | {
     "host", "content-length", "authorization", "cookie", "x-csrf-token", "forwarded", "x-real-ip",
     "origin", "referer",
-})
+}
 # sec-websocket-*: the client library writes the whole handshake itself (Key,
 # Version and the filtered subprotocols), and must not be handed Extensions it
 # did not negotiate (compression it cannot undo).
 _REQUEST_DROPPED_PREFIXES = ("impersonate-", "x-remote-", "x-forwarded-", "sec-websocket-")
-_RESPONSE_DROPPED = frozenset({"set-cookie", "set-cookie2", "www-authenticate"})
+_RESPONSE_DROPPED = HOP_BY_HOP | {"set-cookie", "set-cookie2", "www-authenticate"}
 _RESPONSE_DROPPED_PREFIXES = ("access-control-",)
 
 
@@ -57,24 +57,14 @@ def _nominated(headers: MultiMapping[str]) -> frozenset[str]:
     return frozenset(name.lower() for name in _comma_list(headers, "Connection"))
 
 
-def _without(headers: MultiMapping[str], names: frozenset[str], prefixes: tuple[str, ...]) -> CIMultiDict[str]:
-    """A copy less hop-by-hop and Connection-nominated headers, `names` and
-    any header starting with one of `prefixes`."""
-    dropped = HOP_BY_HOP | names | _nominated(headers)
-    out: CIMultiDict[str] = CIMultiDict()
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered not in dropped and not lowered.startswith(prefixes):
-            out.add(name, value)
-    return out
-
-
-# Sent when the client sent none, so that the client library adds nothing of
-# its own: its default Accept-Encoding ("gzip, deflate") would have the API
-# server compress answers for a client that never asked, and its User-Agent
-# names a library version. (Asking the library to skip its defaults instead
-# costs a header copy on every request.)
-UPSTREAM_DEFAULTS = {"Accept-Encoding": "identity", "User-Agent": "tenant-gateway"}
+def _without(headers: MultiMapping[str], dropped: frozenset[str], prefixes: tuple[str, ...]) -> CIMultiDict[str]:
+    """A copy less the `dropped` names (hop-by-hop ones among them), the
+    headers a Connection header nominates, and any header starting with one
+    of `prefixes`. Runs twice per proxied request, hence the shape."""
+    if "Connection" in headers:
+        dropped = dropped | _nominated(headers)
+    return CIMultiDict([(name, value) for name, value in headers.items()
+                        if (lowered := name.lower()) not in dropped and not lowered.startswith(prefixes)])
 
 
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
@@ -85,8 +75,6 @@ def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> 
     """
     out = _without(incoming, _REQUEST_DROPPED, _REQUEST_DROPPED_PREFIXES)
     out["Authorization"] = f"Bearer {bearer_token}"
-    for name, value in UPSTREAM_DEFAULTS.items():
-        out.setdefault(name, value)
     return out
 
 

@@ -1,32 +1,33 @@
 """Relay one HTTP request to the API server and stream the answer back.
 
-Bodies are never buffered whole: the request body is handed to the client
-library as a stream, and the response is written chunk by chunk as it
-arrives, so a watch event reaches the browser when the API server flushes it.
-A 401 from upstream means the cached token went bad (a replaced
-ServiceAccount, an early expiry): the token is dropped and a body-less
-request is retried once with a fresh one. Requests with bodies are not
-replayed: their body has already been streamed.
+Bodies are never buffered whole: the request body is handed upstream as a
+stream, and the answer is written piece by piece as it arrives, so a watch
+event reaches the browser when the API server flushes it. A 401 from
+upstream means the cached token went bad (a replaced ServiceAccount, an
+early expiry): the token is dropped and a body-less request is retried once
+with a fresh one. Requests with bodies are not replayed: their body has
+already been streamed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
-from provisioning.errors import ClusterUnavailable, UpstreamError
+from provisioning.errors import BadRequest, ClusterUnavailable, UpstreamError
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
+from proxy.passthrough.http1 import Answer, UpstreamProtocolError
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import METHODS_GIVEN_A_CONTENT_TYPE, NO_CONTENT_TYPE
+from proxy.passthrough.upstream import SHORT_SECONDS
 
 _CHUNK = 64 * 1024
+# A Namespace object, read and rewrapped by the gateway itself.
+_NAMESPACE_LIMIT = 1024 * 1024
 
 
-class _ShortResponse(web.StreamResponse):
+class ShortResponse(web.StreamResponse):
     """A relayed answer to an ordinary request: its headers leave with the
     first piece of the body, as one TLS record and one write, instead of on
     their own (half the segments, and half the wake-ups of the client, for a
@@ -36,23 +37,29 @@ class _ShortResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-
-async def _send(ticket: Ticket, request: web.Request, token: str) -> aiohttp.ClientResponse:
-    passthrough = ticket.passthrough
-    session = passthrough.upstream.long if ticket.decision.long_running else passthrough.upstream.short
+async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+                headers: dict[str, str] | None = None) -> Answer:
+    """The request upstream, as the tenant: to the path and query the tenant
+    wall judged, byte for byte, unless the gateway names its own `target`."""
+    decision = ticket.decision
+    if target is None:
+        query = decision.upstream_query
+        target = f"{decision.upstream_path}?{query}" if query else decision.upstream_path
+    outgoing = upstream_request_headers(request.headers, token)
+    outgoing.update(headers or {})
     has_body = request.body_exists and request.method not in ("GET", "HEAD")
     try:
-        return await session.request(
-            request.method,
-            passthrough.upstream.url(ticket.decision.upstream_path, ticket.decision.upstream_query),
-            headers=upstream_request_headers(request.headers, token),
-            data=request.content.iter_chunked(_CHUNK) if has_body else None,
-            allow_redirects=False,
-            skip_auto_headers=NO_CONTENT_TYPE if request.method in METHODS_GIVEN_A_CONTENT_TYPE else None,
+        return await ticket.passthrough.upstream.pool.request(
+            request.method, target, outgoing,
+            body=request.content.iter_chunked(_CHUNK) if has_body else None,
+            content_length=request.content_length if has_body else None,
+            timeout=None if decision.long_running else SHORT_SECONDS,
         )
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
+    except ValueError:
+        raise BadRequest("a request header holds a line break", code="invalid_header") from None
+    except (OSError, TimeoutError) as error:
         raise ClusterUnavailable() from error
-    except aiohttp.ClientError as error:
+    except UpstreamProtocolError as error:
         raise UpstreamError() from error
 
 
@@ -69,8 +76,8 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
     # Recorded as soon as the API server has answered: a client that hangs up
     # while the body streams must not leave its write unaudited.
     ticket.audit_write(upstream.status)
-    async with upstream:
-        kind = web.StreamResponse if ticket.decision.long_running else _ShortResponse
+    try:
+        kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
         response = kind(status=upstream.status, reason=upstream.reason,
                         headers=downstream_response_headers(upstream.headers))
         if ticket.decision.long_running:
@@ -78,16 +85,18 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
                 await _stream(request, response, upstream)
         else:
             await _stream(request, response, upstream)
+    finally:
+        upstream.close()  # nothing left to do once the body was read to its end
     return response
 
 
-async def _stream(request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse) -> None:
+async def _stream(request: web.Request, response: web.StreamResponse, upstream: Answer) -> None:
     await response.prepare(request)
     try:
-        async for chunk in upstream.content.iter_any():
+        while chunk := await upstream.read_chunk():
             await response.write(chunk)
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError):
-        # The API server's answer broke off (a restart, the short session's
+    except (OSError, TimeoutError, UpstreamProtocolError):
+        # The API server's answer broke off (a restart, the short request's
         # deadline) or the client left. Break ours off as well: a clean end
         # would hand the client a truncated LIST as if it were complete.
         if request.transport is not None:
@@ -107,18 +116,18 @@ def own_namespace_list(namespace_object: dict[str, Any]) -> dict[str, Any]:
 
 
 async def relay_namespace_list(request: web.Request, ticket: Ticket) -> web.Response:
-    path = f"/api/v1/namespaces/{ticket.workspace.namespace}"
-    session = ticket.passthrough.upstream.short
-    headers = upstream_request_headers(request.headers, await ticket.token())
-    headers["Accept"] = "application/json"
-    headers["Accept-Encoding"] = "identity"  # parsed here, so never compressed
+    # Read and parsed here, so asked for as plain JSON.
+    upstream = await _send(ticket, request, await ticket.token(),
+                           target=f"/api/v1/namespaces/{ticket.workspace.namespace}",
+                           headers={"Accept": "application/json", "Accept-Encoding": "identity"})
     try:
-        async with session.get(ticket.passthrough.upstream.url(path, ""), headers=headers,
-                               allow_redirects=False) as upstream:
-            body = await upstream.read()
-            if upstream.status != 200:
-                return web.Response(status=upstream.status, body=body,
-                                    headers=downstream_response_headers(upstream.headers))
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
+        body = await upstream.read(_NAMESPACE_LIMIT)
+    except (OSError, TimeoutError) as error:
         raise ClusterUnavailable() from error
+    except UpstreamProtocolError as error:
+        raise UpstreamError() from error
+    finally:
+        upstream.close()
+    if upstream.status != 200:
+        return web.Response(status=upstream.status, body=body, headers=downstream_response_headers(upstream.headers))
     return web.json_response(own_namespace_list(json.loads(body)))

@@ -38,7 +38,7 @@ class UpgradeRefused(GatewayError):
 async def _connect(request: web.Request, ticket: Ticket, token: str) -> aiohttp.ClientWebSocketResponse:
     upstream = ticket.passthrough.upstream
     try:
-        return await upstream.long.ws_connect(
+        return await upstream.websockets.ws_connect(
             upstream.url(ticket.decision.upstream_path, ticket.decision.upstream_query),
             method=request.method,
             protocols=websocket_subprotocols(request.headers),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from proxy.passthrough.relaying import _ShortResponse
+from proxy.passthrough.relaying import ShortResponse
 
 
 def test_short_answers_hold_their_headers_for_the_first_piece_of_body() -> None:
     assert web.StreamResponse._send_headers_immediately is True  # the knob aiohttp's own Response turns
-    assert _ShortResponse._send_headers_immediately is False
+    assert ShortResponse._send_headers_immediately is False

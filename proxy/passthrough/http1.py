@@ -1,0 +1,456 @@
+"""The relay's HTTP/1.1 client to the API server: kept-alive connections,
+llhttp (httptools) to read the answers, and nothing else.
+
+Why not aiohttp's client: it was two thirds of what relaying a small GET
+cost (a ClientRequest, a ClientResponse, timers, traces, cookie and proxy
+handling for every request). The relay needs none of that: one upstream,
+requests whose every part the gate has already checked, and answers passed
+on as they arrive. WebSocket upgrades still go through aiohttp
+(proxy.passthrough.upstream).
+
+The rules that keep one tenant's answer from ever reaching another's
+request on a shared connection:
+- one request per connection at a time, never pipelined;
+- a connection goes back to the pool only when its answer was read to the
+  end by the parser, its request body was sent in full, neither side asked
+  to close, and no byte arrived that belongs to no request;
+- any parser error, unexpected byte, timeout, cancellation or early stop
+  closes the connection instead.
+The request head is built from parts that cannot carry a line break: the
+method and target come from the tenant wall, header names and values from
+aiohttp's strict parser, and every value is checked again here anyway.
+Framing is always ours: Content-Length when the client's body length is
+known, chunked otherwise, nothing for a request without a body.
+
+Answers to HEAD carry no body, which httptools cannot be told; the
+connection is closed after one instead of guessing where the next answer
+starts. 1xx answers are skipped. A reused connection that turns out to
+have been closed by the server before any byte of the answer arrived is
+retried once on a new connection, for requests without a body only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+from typing import AsyncIterable, Callable
+
+import httptools
+from multidict import CIMultiDict
+from yarl import URL
+
+# An upstream answer may run ahead of a slow client by this much before
+# the connection stops being read (and the API server feels backpressure).
+_PAUSE_ABOVE = 256 * 1024
+_RESUME_BELOW = 64 * 1024
+_FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
+# The API server's header sections are a few hundred bytes; aiohttp's client
+# stopped at 8 KiB per line.
+_MAX_HEAD_BYTES = 64 * 1024
+
+
+class UpstreamProtocolError(Exception):
+    """The API server's answer could not be read as HTTP/1.1."""
+
+
+class UpstreamConnectionLost(ConnectionError):
+    """The connection ended before the answer did."""
+
+
+def request_head(method: str, target: str, host: str, headers: CIMultiDict[str],
+                 content_length: int | None, has_body: bool) -> bytes:
+    """The request line and header section. Pure.
+
+    Text is encoded back exactly as aiohttp's parser decoded the client's
+    bytes (UTF-8, undecodable bytes kept as surrogates), so headers cross
+    unchanged; a line break anywhere is refused, whatever let it through.
+    """
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    for name, value in headers.items():
+        if name.lower() in _FRAMING:
+            continue  # framing is ours alone
+        lines.append(f"{name}: {value}")
+    if has_body:
+        lines.append(f"Content-Length: {content_length}" if content_length is not None
+                     else "Transfer-Encoding: chunked")
+    head = "\r\n".join(lines)
+    # Every line break must be one of the separators just put in.
+    if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1 or "\0" in head:
+        raise ValueError("a request line or header holds a line break")
+    return (head + "\r\n\r\n").encode("utf-8", "surrogateescape")
+
+
+class Answer:
+    """One answer: status and headers at once, the body as it arrives."""
+
+    def __init__(self, connection: _Connection, method: str) -> None:
+        self.status = 0
+        self.reason = ""
+        self.headers: CIMultiDict[str] = CIMultiDict()
+        self._connection = connection
+        self._method = method
+        self._loop = connection.loop
+        self._head: asyncio.Future[None] = self._loop.create_future()
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+        self.complete = False
+        """The parser has seen the end of the answer."""
+        self.received_any = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._body_task: asyncio.Task[None] | None = None
+        self.body_sent = True
+        """The request's body, if any, went out whole."""
+        self._finished = False
+
+    async def read_chunk(self) -> bytes:
+        """The next piece of the body; b"" at its end. Raises if the answer broke off."""
+        while not self._chunks:
+            if self._error is not None:
+                raise self._error
+            if self.complete:
+                self.release()
+                return b""
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        # Everything that has arrived, as one piece: the API server writes
+        # large answers in chunks of a few KiB, and each piece read here
+        # becomes a write (and a TLS record) towards the client.
+        chunk = self._chunks.popleft() if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._buffered = 0
+        self._connection.resume()
+        return chunk
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body, for answers the gateway reads itself."""
+        parts = []
+        size = 0
+        while chunk := await self.read_chunk():
+            size += len(chunk)
+            if size > limit:
+                self.close()
+                raise UpstreamProtocolError("the answer is larger than expected")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def release(self) -> None:
+        """Done with this answer: its connection is reused if it may be, closed if not."""
+        if self._finished:
+            return
+        self._finished = True
+        self._stop_timer()
+        # A body sent in part (the answer came early, then the upload broke
+        # off) would leave the server reading the next request as its rest.
+        self._connection.finish(reusable=self.complete and self._error is None and self.body_sent)
+
+    def close(self) -> None:
+        """Abandon the answer and its connection."""
+        if self._finished:
+            return
+        self._finished = True
+        self._stop_timer()
+        if self._body_task is not None:
+            self._body_task.cancel()
+        self._connection.finish(reusable=False)
+
+    # -- from the connection --------------------------------------------
+
+    def _start_timer(self, timeout: float | None) -> None:
+        if timeout is not None:
+            self._timer = self._loop.call_later(timeout, self._fail, TimeoutError("the API server did not answer in time"))
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _headers_done(self) -> None:
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def _feed(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > _PAUSE_ABOVE:
+            self._connection.pause()
+        self._wake()
+
+    def _complete(self) -> None:
+        self.complete = True
+        self._stop_timer()
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if self.complete or self._error is not None:
+            return
+        self._error = error
+        if not self._head.done():
+            self._head.set_exception(error)
+            self._head.exception()  # retrieved: nobody may be waiting any more
+        self._wake()
+        if not self._finished:
+            self._connection.abort()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_reusable: Callable[[_Connection], None],
+                 clock: Callable[[], float]) -> None:
+        self.loop = loop
+        self._on_reusable = on_reusable
+        self._clock = clock
+        self._transport: asyncio.Transport | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._answer: Answer | None = None
+        self._reason = bytearray()
+        self._head_bytes = 0
+        """Bytes received while the header section is incomplete (one never ended)."""
+        self._header_bytes = 0
+        """Bytes of header names and values (one too long)."""
+        self._informational = False
+        self._keep_alive = True
+        self._until_close = False
+        """The answer has no length and ends when the server closes the connection."""
+        self._paused = False
+        self._drain: asyncio.Future[None] | None = None
+        self.alive = True
+        self.idle_since = 0.0
+
+    # -- asyncio.Protocol ----------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        answer = self._answer
+        if answer is None or answer.complete:
+            self.abort()  # bytes that belong to no request: the stream is out of step
+            return
+        answer.received_any = True
+        try:
+            self._parser.feed_data(data)
+        except Exception as error:  # HttpParserError, HttpParserUpgrade (an unasked-for 101), a callback's own
+            if answer.complete:
+                self.abort()  # the answer is whole, but more followed it
+            else:
+                answer._fail(UpstreamProtocolError(f"unreadable answer from the API server: {type(error).__name__}"))
+            return
+        if answer.status == 0:  # the header section is still coming
+            self._head_bytes += len(data)
+            if self._head_bytes > _MAX_HEAD_BYTES:
+                answer._fail(UpstreamProtocolError("the answer's header section is too large"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.alive = False
+        answer = self._answer
+        if answer is not None:
+            if self._until_close and exc is None:
+                answer._complete()  # an answer framed by the end of the connection
+            else:
+                answer._fail(UpstreamConnectionLost("the API server closed the connection mid-answer"))
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(UpstreamConnectionLost("the API server closed the connection"))
+            self._drain.exception()
+
+    def pause_writing(self) -> None:
+        self._drain = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    # -- httptools callbacks ---------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._answer is None or self._answer.complete:
+            raise UpstreamProtocolError("bytes after the end of the answer")
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value)
+        if self._header_bytes > _MAX_HEAD_BYTES:
+            raise UpstreamProtocolError("the answer's header section is too large")
+        if not self._informational and self._answer is not None:
+            self._answer.headers.add(name.decode("utf-8", "surrogateescape"),
+                                     value.decode("utf-8", "surrogateescape"))
+
+    def on_headers_complete(self) -> None:
+        answer = self._answer
+        assert answer is not None
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
+            self._informational = True
+            answer.headers.clear()
+            self._reason.clear()
+            return
+        answer.status = status
+        answer.reason = self._reason.decode("latin-1")
+        self._keep_alive = self._parser.should_keep_alive()
+        headers = answer.headers
+        self._until_close = ("Content-Length" not in headers and status not in (204, 304)
+                             and not ",".join(headers.getall("Transfer-Encoding", ())).rstrip().lower().endswith("chunked"))
+        answer._headers_done()
+        if answer._method == "HEAD":
+            # No body follows, but the parser would wait for Content-Length bytes.
+            self._keep_alive = self._until_close = False
+            answer._complete()
+
+    def on_body(self, body: bytes) -> None:
+        if self._answer is not None and not self._answer.complete:
+            self._answer._feed(body)
+
+    def on_message_complete(self) -> None:
+        if self._informational:
+            self._informational = False
+            return
+        if self._answer is not None:
+            self._answer._complete()
+
+    # -- used by Pool and Answer -----------------------------------------
+
+    def start(self, method: str, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool,
+              timeout: float | None) -> Answer:
+        answer = Answer(self, method)
+        self._answer = answer
+        self._reason.clear()
+        self._head_bytes = self._header_bytes = 0
+        self._informational = self._until_close = False
+        assert self._transport is not None
+        self._transport.write(head)
+        answer._start_timer(timeout)
+        if body is not None:
+            answer.body_sent = False
+            answer._body_task = self.loop.create_task(self._send_body(answer, body, chunked))
+        return answer
+
+    async def _send_body(self, answer: Answer, body: AsyncIterable[bytes], chunked: bool) -> None:
+        try:
+            async for chunk in body:
+                if not chunk:
+                    continue
+                self._write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" if chunked else chunk)
+                if self._drain is not None:
+                    await self._drain
+            if chunked:
+                self._write(b"0\r\n\r\n")
+            answer.body_sent = True
+        except Exception as error:  # the client's body broke off, or the upstream went away
+            answer._fail(UpstreamConnectionLost(f"the request body could not be sent: {type(error).__name__}"))
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is None or self._transport.is_closing():
+            raise UpstreamConnectionLost("the API server closed the connection")
+        self._transport.write(data)
+
+    def pause(self) -> None:
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self._transport is not None and not self._transport.is_closing():
+            self._paused = False
+            self._transport.resume_reading()
+
+    def finish(self, *, reusable: bool) -> None:
+        self._answer = None
+        if reusable and self._keep_alive and self.alive and not self._paused:
+            self.idle_since = self._clock()
+            self._on_reusable(self)
+        else:
+            self.abort()
+
+    def abort(self) -> None:
+        self.alive = False
+        if self._transport is not None:
+            self._transport.abort()
+
+    @property
+    def is_usable(self) -> bool:
+        return self.alive and self._transport is not None and not self._transport.is_closing()
+
+
+class Pool:
+    """Kept-alive connections to one API server, most recently used first."""
+
+    def __init__(self, server: str, ssl_context: ssl.SSLContext | None, *, connect_timeout: float = 5.0,
+                 keepalive_seconds: float = 60.0, max_idle: int = 512,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        url = URL(server)
+        assert url.host is not None and url.port is not None
+        self._host, self._port = url.host, url.port
+        self._host_header = url.raw_authority
+        self._ssl = ssl_context if url.scheme == "https" else None
+        self._connect_timeout = connect_timeout
+        self._keepalive = keepalive_seconds
+        self._max_idle = max_idle
+        self._clock = clock
+        self._idle: collections.deque[_Connection] = collections.deque()
+        self._closed = False
+
+    async def request(self, method: str, target: str, headers: CIMultiDict[str], *,
+                      body: AsyncIterable[bytes] | None = None, content_length: int | None = None,
+                      timeout: float | None) -> Answer:
+        """Send a request and return once the answer's status and headers are in.
+
+        `timeout` bounds the whole exchange, body included (None: a watch).
+        Raises OSError subclasses (connection refused, lost) or TimeoutError
+        when no answer came, UpstreamProtocolError when it was not HTTP.
+        """
+        head = request_head(method, target, self._host_header, headers, content_length, body is not None)
+        while True:
+            connection, reused = await self._acquire()
+            answer = connection.start(method, head, body, content_length is None, timeout)
+            try:
+                await answer._head
+                return answer
+            except UpstreamConnectionLost:
+                answer.close()
+                # The server closed a kept-alive connection as it was reused:
+                # safe to send again only if nothing of it was answered or uploaded.
+                if reused and body is None and not answer.received_any:
+                    continue
+                raise
+            except BaseException:
+                answer.close()
+                raise
+
+    async def _acquire(self) -> tuple[_Connection, bool]:
+        now = self._clock()
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.is_usable and now - connection.idle_since < self._keepalive:
+                return connection, True
+            connection.abort()
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self._connect_timeout):
+            _, connection = await loop.create_connection(
+                lambda: _Connection(loop, self._put_back, self._clock), self._host, self._port, ssl=self._ssl,
+                server_hostname=self._host if self._ssl is not None else None)
+        return connection, False
+
+    def _put_back(self, connection: _Connection) -> None:
+        if self._closed:
+            connection.abort()
+            return
+        self._idle.append(connection)
+        if len(self._idle) > self._max_idle:
+            self._idle.popleft().abort()
+
+    def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._idle.pop().abort()
