@@ -56,6 +56,18 @@ async def ensure_objects(kube: KubeClient, steps: list[manifests.Step], workspac
             *await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest))]
 
 
+async def onboarded_already(db: Database, user: User, requested_tier: str, *,
+                            tiers: Mapping[str, Tier]) -> Onboarded | None:
+    """The answer to a repeat call whose workspace needs no more work
+    (provisioned or suspended), or None when onboarding has work to do.
+    Callers answer a repeat without counting it against the init rate
+    limit: it makes nothing, and a web UI may well ask on every page load."""
+    owned = await repo.workspaces_of(db, user.id)
+    if not owned or owned[0].status == "provisioning":
+        return None
+    return Onboarded(owned[0], tiers.get(owned[0].tier) or tiers[requested_tier], provisioned_now=False)
+
+
 async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: str, *,
                   tiers: Mapping[str, Tier], cluster_role: str, ip_address: str | None) -> Onboarded:
     if requested_tier not in tiers:

@@ -30,10 +30,12 @@ async def init_workspace(request: web.Request) -> web.Response:
         raise BadRequest("tier must be a string", code="unknown_tier")
     if tier not in settings.tiers:
         raise BadRequest(f"unknown tier {tier!r}; known: {', '.join(sorted(settings.tiers))}", code="unknown_tier")
-    await ratelimit.enforce(db, app[keys.METRICS], settings.rate_init,
-                            {"init": str(who.user.id), "init-address": ip or "unknown"})
-    result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
-                                      cluster_role=settings.tenant_clusterrole, ip_address=ip)
+    result = await onboarding.onboarded_already(db, who.user, tier, tiers=settings.tiers)
+    if result is None:  # only calls that may make something count against the limit
+        await ratelimit.enforce(db, app[keys.METRICS], settings.rate_init,
+                                {"init": str(who.user.id), "init-address": ip or "unknown"})
+        result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
+                                          cluster_role=settings.tenant_clusterrole, ip_address=ip)
     return web.json_response(result.workspace.public(result.tier.summary()),
                              status=201 if result.provisioned_now else 200)
 

@@ -140,12 +140,20 @@ async def test_malformed_queries_are_400_and_literal_paths_are_not_ids(gateway: 
     assert (await error_of(await user.call("GET", "/api/v1/workspaces/credentials")))[0] == 404
 
 
-async def test_init_is_rate_limited_per_user_with_retry_after(make_gateway: Any) -> None:
+async def test_init_is_rate_limited_but_a_repeat_never_is(make_gateway: Any) -> None:
+    """Onboardings count against the limit (per user and per address); a
+    repeat for a workspace that needs no work makes nothing and is always 200."""
     client = await make_gateway(GATEWAY_RATE_INIT="2/3600")
-    user = await register_and_login(client)
-    for _ in range(2):
-        assert (await user.call("POST", "/api/v1/workspaces/init", json={})).status in (200, 201)
-    limited = await user.call("POST", "/api/v1/workspaces/init", json={})
+    first = await register_and_login(client)
+    made = await first.call("POST", "/api/v1/workspaces/init", json={})
+    assert made.status == 201
+    for _ in range(4):
+        again = await first.call("POST", "/api/v1/workspaces/init", json={})
+        assert again.status == 200 and (await again.json())["id"] == (await made.json())["id"]
+    second = await register_and_login(client)
+    assert (await second.call("POST", "/api/v1/workspaces/init", json={})).status == 201
+    third = await register_and_login(client)  # a third onboarding from the same address
+    limited = await third.call("POST", "/api/v1/workspaces/init", json={})
     assert await error_of(limited) == (429, "rate_limited")
     assert 3000 < int(limited.headers["Retry-After"]) <= 3600
 
