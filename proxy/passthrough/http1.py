@@ -1,9 +1,10 @@
 """The relay's HTTP/1.1 client to the API server: kept-alive connections,
 llhttp (httptools) to read the answers, and nothing else.
 
-Why not aiohttp's client: it was two thirds of what relaying a small GET
-cost (a ClientRequest, a ClientResponse, timers, traces, cookie and proxy
-handling for every request). The relay needs none of that: one upstream,
+Why not aiohttp's client: replacing it took 28 % off the instructions the
+gateway spends on a proxied GET (bench/README.md), all of it the client's
+generality (a ClientRequest, a ClientResponse, timers, traces, cookie,
+proxy and default-header handling for every request). The relay needs none of that: one upstream,
 requests whose every part the gate has already checked, and answers passed
 on as they arrive. WebSocket upgrades still go through aiohttp
 (proxy.passthrough.upstream).
@@ -44,7 +45,6 @@ from yarl import URL
 # An upstream answer may run ahead of a slow client by this much before
 # the connection stops being read (and the API server feels backpressure).
 _PAUSE_ABOVE = 256 * 1024
-_RESUME_BELOW = 64 * 1024
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
 # The API server's header sections are a few hundred bytes; aiohttp's client
 # stopped at 8 KiB per line.
