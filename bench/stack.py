@@ -93,6 +93,7 @@ class Stack:
     tls_files: tuple[Path, Path] = (Path(), Path())
     """The gateway's serving certificate and key (the floor relay serves with them too)."""
     database_url: str = ""
+    session_secret: str = field(default_factory=lambda: uuid.uuid4().hex * 2)
     references: dict[str, Reference] = field(default_factory=dict)
     missing_references: dict[str, str] = field(default_factory=dict)
     """Reference relays that could not be started here, and why."""
@@ -114,20 +115,31 @@ class Stack:
         cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1",)).write(tls, "gateway")
         self.ca_file = tls / "ca.crt"
         self.tls_files = (cert, key)
+        self.gateway_url, self.gateway = self.launch_gateway("gateway")
+        self.wait_ready(self.gateway_url, self.gateway, "gateway")
+
+    def launch_gateway(self, name: str, *, source: Path | None = None,
+                       wrapper: tuple[str, ...] = ()) -> tuple[str, subprocess.Popen[bytes]]:
+        """A gateway process on this stack's database and cluster, sharing its
+        session key (so one tenant's session works on all of them); from
+        another source tree, or under a wrapper such as valgrind, if asked."""
+        assert self.cluster is not None
+        cert, key = self.tls_files
         port = free_port()
         env = {
             **os.environ,
             "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_DATABASE_URL": self.database_url,
-            "GATEWAY_SESSION_SECRET": uuid.uuid4().hex * 2, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
+            "GATEWAY_SESSION_SECRET": self.session_secret, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
             "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),
             "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
             "GATEWAY_LOG_LEVEL": "WARNING",
         }
-        script = str(Path(sys.executable).with_name("tenant-gateway"))
-        self.gateway = subprocess.Popen([script, "serve"], env=env, stdout=subprocess.DEVNULL,
-                                        stderr=open(self.root / "gateway.log", "wb"))
-        self.gateway_url = f"https://127.0.0.1:{port}"
-        self._wait_ready()
+        if source is not None:
+            env["PYTHONPATH"] = str(source)  # ahead of the editable install of the working tree
+        command = [*wrapper, sys.executable, "-c", "from proxy.cli import main; main()", "serve"]
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=self.root,
+                                   stderr=open(self.root / f"{name}.log", "wb"))
+        return f"https://127.0.0.1:{port}", process
 
     def start_kubectl_proxy(self, tenant: Tenant) -> None:
         assert self.cluster is not None
@@ -239,21 +251,22 @@ http {{
         if self.cluster is not None:
             self.cluster.stop()
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self, url: str, process: subprocess.Popen[bytes], name: str, seconds: float = 30) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))
         import urllib.request
 
-        for _ in range(300):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"{self.gateway_url}/readyz", context=context, timeout=1) as ready:
+                with urllib.request.urlopen(f"{url}/readyz", context=context, timeout=1) as ready:
                     if ready.status == 200:
                         return
             except OSError:
                 pass
-            if self.gateway is not None and self.gateway.poll() is not None:
-                raise RuntimeError((self.root / "gateway.log").read_text()[-2000:])
+            if process.poll() is not None:
+                raise RuntimeError((self.root / f"{name}.log").read_text()[-2000:])
             time.sleep(0.1)
-        raise RuntimeError("gateway did not become ready")
+        raise RuntimeError(f"{name} did not become ready")
 
     # -- measuring the gateway process -------------------------------------
 
