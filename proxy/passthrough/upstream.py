@@ -15,7 +15,8 @@ request.
   lasts), never a decompressed frame, none of the library's own default
   headers, and, as `ws_connect` would chase a redirect, a trace hook that
   refuses any.
-Neither adds a header the client did not send.
+Neither adds a header of its own beyond framing and, for an upgrade, the
+WebSocket handshake.
 """
 
 from __future__ import annotations
