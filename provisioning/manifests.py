@@ -32,6 +32,7 @@ TENANT_SERVICE_ACCOUNT = "sa-tenant-admin"
 TENANT_ROLEBINDING = "tenant-admin"
 QUOTA_NAME = "tenant-quota"
 LIMITRANGE_NAME = "tenant-defaults"
+ISOLATION_NAME = "tenant-isolation"
 
 Manifest = dict[str, Any]
 
@@ -91,6 +92,30 @@ def limit_range(ns: str, workspace_id: str, tier: Tier) -> Manifest:
     }
 
 
+def network_isolation(ns: str, workspace_id: str) -> Manifest:
+    """No other tenant's pods may connect to this tenant's pods.
+
+    Ingress is allowed from the namespace itself and from every namespace
+    that is not a tenant's (ingress controllers, monitoring: the platform),
+    so only tenant-to-tenant traffic is cut. A tenant cannot take the
+    workspace label off its namespace to pass as the platform, and may add
+    policies of its own to let named tenants in. Egress is left open. Takes
+    effect where the cluster's network plugin enforces NetworkPolicy.
+    """
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _metadata(ISOLATION_NAME, workspace_id, ns),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [
+                {"podSelector": {}},
+                {"namespaceSelector": {"matchExpressions": [{"key": WORKSPACE_LABEL, "operator": "DoesNotExist"}]}},
+            ]}],
+        },
+    }
+
+
 @dataclass(frozen=True)
 class Step:
     """One object to converge: where to POST it and where it lives once made."""
@@ -116,13 +141,17 @@ def role_binding_step(ns: str, workspace_id: str, cluster_role: str) -> Step:
 
 
 def onboarding_steps(ns: str, workspace_id: str, tier: Tier, cluster_role: str) -> list[Step]:
-    """The five objects, in dependency order: the namespace first, the quota
-    before anything could run in it, the binding last."""
+    """The contract's five objects and the network isolation, in dependency
+    order: the namespace first, its bounds (quota, defaults, isolation)
+    before anything could run in it, the ServiceAccount and its binding
+    last (resume replaces the one and restores the other on their own)."""
     core = f"/api/v1/namespaces/{ns}"
     return [
         Step("Namespace", "/api/v1/namespaces", ns, namespace(ns, workspace_id)),
         Step("ResourceQuota", f"{core}/resourcequotas", QUOTA_NAME, resource_quota(ns, workspace_id, tier)),
         Step("LimitRange", f"{core}/limitranges", LIMITRANGE_NAME, limit_range(ns, workspace_id, tier)),
+        Step("NetworkPolicy", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", ISOLATION_NAME,
+             network_isolation(ns, workspace_id)),
         service_account_step(ns, workspace_id),
         role_binding_step(ns, workspace_id, cluster_role),
     ]

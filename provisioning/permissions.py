@@ -55,6 +55,7 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     needed += [Permission("patch", "namespaces")]  # the suspension label
     needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete")]
     needed += [Permission("create", "serviceaccounts", subresource="token")]
+    needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get", "list")]
     needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete")]
     needed += [Permission("bind", "clusterroles", rbac, name=tenant_cluster_role)]
     return tuple(needed)

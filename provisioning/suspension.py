@@ -139,8 +139,8 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
         tier = tiers.get(workspace.tier)
         if tier is None:
             raise Conflict(f"the workspace's tier {workspace.tier!r} is no longer configured", code="unknown_tier")
-        namespace, quota, limits, _account, binding = manifests.onboarding_steps(ns, wid, tier, cluster_role)
-        await ensure_objects(kube, [namespace, quota, limits], wid)
+        *bounds, _account, binding = manifests.onboarding_steps(ns, wid, tier, cluster_role)
+        await ensure_objects(kube, bounds, wid)  # the namespace and what keeps it in bounds
         new_uid = await _replace_service_account(kube, workspace)
         await asyncio.sleep(TOKEN_CACHE_GRACE_SECONDS)
         await ensure_object(kube, binding, wid)

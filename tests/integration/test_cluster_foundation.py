@@ -34,13 +34,14 @@ def gateway_api(cluster: LocalCluster) -> client.ApiClient:
 
 @pytest.fixture
 def tenant(gateway_api: client.ApiClient) -> str:
-    """A tenant namespace made by the gateway identity: all five objects."""
+    """A tenant namespace made by the gateway identity: all six objects."""
     ns = f"tenant-{uuid.uuid4()}"
     wid = str(uuid.uuid4())
     core, rbac = client.CoreV1Api(gateway_api), client.RbacAuthorizationV1Api(gateway_api)
     core.create_namespace(manifests.namespace(ns, wid))
     core.create_namespaced_resource_quota(ns, manifests.resource_quota(ns, wid, DEFAULT_TIERS["basic"]))
     core.create_namespaced_limit_range(ns, manifests.limit_range(ns, wid, DEFAULT_TIERS["basic"]))
+    client.NetworkingV1Api(gateway_api).create_namespaced_network_policy(ns, manifests.network_isolation(ns, wid))
     core.create_namespaced_service_account(ns, manifests.service_account(ns, wid))
     rbac.create_namespaced_role_binding(ns, manifests.role_binding(ns, wid, "tenant-admin"))
     return ns
@@ -52,12 +53,14 @@ def _token(gateway_api: client.ApiClient, ns: str, seconds: int = 7200) -> str:
     return str(answer.status.token)
 
 
-def test_gateway_identity_creates_all_five_tenant_objects(gateway_api: client.ApiClient, tenant: str) -> None:
+def test_gateway_identity_creates_all_six_tenant_objects(gateway_api: client.ApiClient, tenant: str) -> None:
     core = client.CoreV1Api(gateway_api)
     assert core.read_namespace(tenant).metadata.labels[manifests.WORKSPACE_LABEL]
     assert core.read_namespaced_service_account(manifests.TENANT_SERVICE_ACCOUNT, tenant)
     assert core.read_namespaced_resource_quota(manifests.QUOTA_NAME, tenant).spec.hard["requests.cpu"] == "4"
     assert core.read_namespaced_limit_range(manifests.LIMITRANGE_NAME, tenant)
+    isolation = client.NetworkingV1Api(gateway_api).read_namespaced_network_policy(manifests.ISOLATION_NAME, tenant)
+    assert isolation.spec.policy_types == ["Ingress"]
     binding = client.RbacAuthorizationV1Api(gateway_api).read_namespaced_role_binding(manifests.TENANT_ROLEBINDING, tenant)
     assert binding.role_ref.name == "tenant-admin"
 

@@ -93,8 +93,13 @@ async def test_full_lifecycle_with_real_kubectl(cluster: LocalCluster, gateway: 
     assert again.status == 403
     assert (await again.json())["error"]["code"] == "workspace_suspended"
 
+    # A workspace onboarded before the isolation policy existed gets it at
+    # its next resume (played here by an operator deleting it).
+    cluster.kubectl_run("-n", ns, "delete", "networkpolicy", "tenant-isolation")
     resumed = await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/resume")
     assert await resumed.json() == {"id": workspace["id"], "status": "provisioned"}
+    assert cluster.kubectl_run("-n", ns, "get", "networkpolicy", "-o", "name").stdout.split() == [
+        "networkpolicy.networking.k8s.io/tenant-isolation"]
     fresh = save(tmp_path, "alice-2.kubeconfig", await alice.kubeconfig())
     listed = kubectl(cluster, fresh, "get", "configmap", "hello", "-o", "name")
     assert listed.returncode == 0, listed.stderr
@@ -163,7 +168,7 @@ async def test_init_is_idempotent_and_concurrent_inits_make_one_workspace(cluste
                                    "-o", "name").stdout.split()
     assert labelled == [f"namespace/tenant-{carol.user_id}"]
     for kind in ("serviceaccount/sa-tenant-admin", "rolebinding/tenant-admin", "resourcequota/tenant-quota",
-                 "limitrange/tenant-defaults"):
+                 "limitrange/tenant-defaults", "networkpolicy/tenant-isolation"):
         shown = cluster.kubectl_run("-n", f"tenant-{carol.user_id}", "get", kind, "-o",
                                     "jsonpath={.metadata.labels.tenant-gateway\\.io/workspace-id}")
         assert shown.stdout == bodies[0]["id"], kind
