@@ -393,6 +393,8 @@ class Pool:
         assert url.host is not None and url.port is not None
         self._host, self._port = url.host, url.port
         self._host_header = url.raw_authority
+        # An API server behind a path (Rancher's /k8s/clusters/<id>, some proxies).
+        self._prefix = url.raw_path.rstrip("/")
         self._ssl = ssl_context if url.scheme == "https" else None
         self._connect_timeout = connect_timeout
         self._keepalive = keepalive_seconds
@@ -404,13 +406,15 @@ class Pool:
     async def request(self, method: str, target: str, headers: CIMultiDict[str], *,
                       body: AsyncIterable[bytes] | None = None, content_length: int | None = None,
                       timeout: float | None) -> Answer:
-        """Send a request and return once the answer's status and headers are in.
+        """Send a request for `target` (path and query, below the server's own
+        path if it has one) and return once the answer's status and headers are in.
 
         `timeout` bounds the whole exchange, body included (None: a watch).
         Raises OSError subclasses (connection refused, lost) or TimeoutError
         when no answer came, UpstreamProtocolError when it was not HTTP.
         """
-        head = request_head(method, target, self._host_header, headers, content_length, body is not None)
+        head = request_head(method, self._prefix + target, self._host_header, headers, content_length,
+                            body is not None)
         while True:
             connection, reused = await self._acquire()
             answer = connection.start(method, head, body, content_length is None, timeout)

@@ -145,6 +145,20 @@ async def test_a_kept_alive_connection_carries_the_next_request(peer_pool) -> No
     assert peer.connections == 1
 
 
+async def test_a_server_behind_a_path_gets_it_before_every_target() -> None:
+    peer = FakePeer()
+    peer.scripts = [answering(OK)(peer)]
+    base = await peer.start()
+    pool = Pool(base + "/k8s/clusters/c-1/", None)
+    try:
+        assert await get(pool, "/api/v1/namespaces?limit=1") == (200, b"{}")
+        assert peer.heads[0].startswith(b"GET /k8s/clusters/c-1/api/v1/namespaces?limit=1 HTTP/1.1\r\n")
+    finally:
+        pool.close()
+        assert peer.server is not None
+        peer.server.close()
+
+
 async def test_status_reason_and_repeated_headers_arrive_as_sent(peer_pool) -> None:  # type: ignore[no-untyped-def]
     peer, pool = await peer_pool()
     peer.scripts = [answering(b"HTTP/1.1 404 Not Here\r\nWarning: a\r\nWarning: b\r\nContent-Length: 0\r\n\r\n")(peer)]
