@@ -25,7 +25,7 @@ from proxy.auth import sessions
 from proxy.ratelimit import retry_after
 from proxy.settings import RateLimit, SettingsError, load_settings
 
-SECRET = Secret("s" * 40)
+SECRET = Secret("s" * 64)  # long enough that the HS512 forgery below draws no key-length warning
 DB = {"GATEWAY_DATABASE_URL": "postgresql://u:p@db/gw", "GATEWAY_SESSION_SECRET": "x" * 32}
 
 
