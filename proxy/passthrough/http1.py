@@ -210,7 +210,7 @@ class _Connection(asyncio.Protocol):
         self._on_reusable = on_reusable
         self._clock = clock
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._answer: Answer | None = None
         self._reason = bytearray()
         self._head_bytes = 0
@@ -237,6 +237,7 @@ class _Connection(asyncio.Protocol):
             self.abort()  # bytes that belong to no request: the stream is out of step
             return
         answer.received_any = True
+        assert self._parser is not None  # no bytes arrive after connection_lost
         try:
             self._parser.feed_data(data)
         except Exception as error:  # HttpParserError, HttpParserUpgrade (an unasked-for 101), a callback's own
@@ -261,6 +262,12 @@ class _Connection(asyncio.Protocol):
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(UpstreamConnectionLost("the API server closed the connection"))
             self._drain.exception()
+        # The parser holds this protocol's bound methods, and the transport
+        # holds the protocol: reference cycles that would keep a closed
+        # connection's TLS buffers (about 300 KiB) alive until the cyclic
+        # garbage collector happens to run, long after a burst of watches ends.
+        self._parser = None
+        self._transport = None
 
     def pause_writing(self) -> None:
         self._drain = self.loop.create_future()
@@ -288,9 +295,9 @@ class _Connection(asyncio.Protocol):
                                      value.decode("utf-8", "surrogateescape"))
 
     def on_headers_complete(self) -> None:
-        answer = self._answer
-        assert answer is not None
-        status = self._parser.get_status_code()
+        answer, parser = self._answer, self._parser
+        assert answer is not None and parser is not None
+        status = parser.get_status_code()
         if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
             self._informational = True
             answer.headers.clear()
@@ -298,7 +305,7 @@ class _Connection(asyncio.Protocol):
             return
         answer.status = status
         answer.reason = self._reason.decode("latin-1")
-        self._keep_alive = self._parser.should_keep_alive()
+        self._keep_alive = parser.should_keep_alive()
         headers = answer.headers
         self._until_close = ("Content-Length" not in headers and status not in (204, 304)
                              and not ",".join(headers.getall("Transfer-Encoding", ())).rstrip().lower().endswith("chunked"))
