@@ -2,8 +2,8 @@
 
 `create_app` registers routes and middlewares and owns every long-lived
 resource through `cleanup_ctx` (database pool, event listener, the gateway's
-Kubernetes client, the pass-through upstream), so start-up and shutdown order
-are explicit and tests build the very same app.
+Kubernetes client, the pass-through upstream, the heap trimmer), so start-up
+and shutdown order are explicit and tests build the very same app.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from provisioning.kube.client import KubeClient
 from proxy import keys, logs
 from proxy.auth.authenticating import Authenticator
 from proxy.errors import error_middleware, error_response
+from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
@@ -138,7 +139,13 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         if kube is None:
             await client.close()
 
-    app.cleanup_ctx.extend([database, kubernetes])
+    async def heap(app: web.Application) -> AsyncIterator[None]:
+        trimmer = HeapTrimmer(glibc_malloc_trim())
+        await trimmer.start()
+        yield
+        await trimmer.stop()
+
+    app.cleanup_ctx.extend([database, kubernetes, heap])
     for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes):
         app.router.add_routes(table)
     setup_passthrough(app)
