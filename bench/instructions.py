@@ -56,7 +56,7 @@ def measure(stack: Stack, tenant: Tenant, name: str, source: Path | None) -> flo
         totals = [int(match) for dump in dumps.glob("out.*") for match in _TOTAL.findall(dump.read_text())]
         # The dump after zeroing is the one with the fewest instructions in
         # it (earlier ones also hold start-up); +1 for the load's own warm request.
-        return min(t for t in totals if t > 0) / (served["requests"] + 1)
+        return min(t for t in totals if t > 0) / float(served["requests"] + 1)
     finally:
         process.terminate()
         process.wait(60)
