@@ -12,8 +12,6 @@ doubt.
 from __future__ import annotations
 
 import asyncio
-import gc
-import weakref
 from typing import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -363,26 +361,6 @@ async def test_an_answer_abandoned_midway_ends_its_connection(peer_pool) -> None
     answer.close()
     assert await get(pool) == (200, b"{}")
     assert peer.connections == 2
-
-
-async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_collector(peer_pool) -> None:  # type: ignore[no-untyped-def]
-    # Its TLS buffers are about 300 KiB: left to the cyclic collector, a
-    # burst of closed watches stays in memory for as long as it takes to run.
-    peer, pool = await peer_pool()
-    watch = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nevent\r\n"
-    peer.scripts = [answering(watch)(peer)]
-    gc.disable()
-    try:
-        answer = await pool.request("GET", "/", CIMultiDict(), timeout=None)
-        assert await answer.read_chunk() == b"event"
-        connection = weakref.ref(answer._connection)
-        answer.close()
-        del answer
-        for _ in range(10):  # connection_lost comes a loop iteration or two later
-            await asyncio.sleep(0)
-        assert connection() is None
-    finally:
-        gc.enable()
 
 
 # -- bodies and backpressure -------------------------------------------------------

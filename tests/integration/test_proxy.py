@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gc
 import gzip
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -27,6 +29,7 @@ from yarl import URL
 
 from devstack.cluster import LocalCluster
 from provisioning.events import LISTENER_APPLICATION_NAME
+from proxy.passthrough import http1
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 
@@ -455,6 +458,27 @@ async def test_shutdown_ends_open_watches_at_once(second_gateway: str, gateway: 
     replica.terminate()
     await closing
     assert time.monotonic() - started < 5
+
+
+async def test_a_watch_the_client_leaves_frees_its_upstream_connection_at_once(gateway: Any) -> None:
+    """Its TLS buffers are about 300 KiB: left to the cyclic garbage
+    collector, a burst of watches that end stays in memory until the
+    collector happens to run."""
+    user, workspace = await tenant(gateway)
+    gc.collect()
+    gc.disable()
+    try:
+        before = {id(o) for o in gc.get_objects() if isinstance(o, http1._Connection)}
+        stream = await open_watch(gateway, user, workspace)
+        opened = [weakref.ref(o) for o in gc.get_objects() if isinstance(o, http1._Connection) and id(o) not in before]
+        assert len(opened) == 1
+        stream.close()
+        await stream._test_session.close()  # type: ignore[attr-defined]
+        async with asyncio.timeout(10):  # the relay notices the client left and closes its upstream connection
+            while opened[0]() is not None:
+                await asyncio.sleep(0.05)
+    finally:
+        gc.enable()
 
 
 async def test_relay_framing_against_the_real_api_server(gateway: Any) -> None:
