@@ -152,23 +152,28 @@ async def watches(stack: Stack, targets: Targets) -> dict[str, Any]:
     # A selector nothing matches: the streams stay open and idle, so what is
     # measured is the cost of an open watch, not of relaying its initial list.
     path = f"/api/v1/namespaces/{tenant.namespace}/configmaps?watch=1&labelSelector=bench%3Didle-watch"
-    steps = [0, MAX_WATCHES // 4, MAX_WATCHES // 2, MAX_WATCHES]
-    samples, after_close = [], []
     base, headers, _ = targets.base["gateway"]
-    for burst in range(2):
+
+    async def burst(steps: list[int]) -> list[dict[str, float]]:
+        """Open watches up to each step (sampling the gateway at each), close them all."""
+        samples = []
         async with stack.session(timeout=aiohttp.ClientTimeout(total=None)) as session:
             open_streams: list[aiohttp.ClientResponse] = []
-            for step in steps if burst == 0 else steps[-1:]:
+            for step in steps:
                 while len(open_streams) < step:
                     batch = [session.get(base + path, headers=headers) for _ in range(min(100, step - len(open_streams)))]
                     open_streams += await asyncio.gather(*batch)
                 await asyncio.sleep(2)
-                if burst == 0:
-                    samples.append({"watches": step, "rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()})
+                samples.append({"watches": step, "rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()})
             for response in open_streams:
                 response.close()
         await asyncio.sleep(HEAP_TRIM_WAIT)
-        after_close.append(stack.gateway_rss_mib())
+        return samples
+
+    samples = await burst([0, MAX_WATCHES // 4, MAX_WATCHES // 2, MAX_WATCHES])
+    after_close = [stack.gateway_rss_mib()]
+    await burst([MAX_WATCHES])
+    after_close.append(stack.gateway_rss_mib())
     base_rss, base_fds = samples[0]["rss_mib"], samples[0]["fds"]
     top = samples[-1]
     per_stream = {
