@@ -1,27 +1,29 @@
-"""A throwaway Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver and
-kube-controller-manager, built from the Go module proxy by
-`deploy/local-cluster/build.sh` and started as child processes.
+"""A throwaway Kubernetes cluster on this machine: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler on 127.0.0.1, built from the Go
+module proxy by `deploy/local-cluster/build.sh` and started as child
+processes, and one real node (kubelet, containerd, runc: devstack.node) so
+pods run and exec, attach, logs, port-forward and cp reach real processes.
 
 Why the controller manager: without it the aggregated `admin`/`edit`/`view`
 roles are empty, quota is never enforced and namespaces never finish deleting,
-so every RBAC or quota test would pass for the wrong reason.
+so every RBAC or quota test would pass for the wrong reason. Why the
+scheduler: ordinary manifests (no `nodeName`) must run.
 
 The cluster writes two kubeconfigs: `admin.kubeconfig` (system:masters, for
 tests and operators) and `gateway.kubeconfig`, a client certificate carrying
 the username and groups of the in-cluster gateway's ServiceAccount. So the
 ClusterRoleBinding and admission policies in deploy/kubernetes apply to it
-unchanged, and the suite proves exactly what a real installation grants. Children
-get PR_SET_PDEATHSIG, so a killed parent never leaves a control plane behind.
+unchanged, and the suite proves exactly what a real installation grants. The
+scheduler and the kubelet have identities of their own (system:kube-scheduler,
+system:node:<name> under the Node authorizer), as in a real cluster.
 """
 
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
+import os
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -29,11 +31,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import Callable
 
 import yaml
 
 from devstack import pki
+from devstack.node import NODE_NAME, LocalNode, node_address
+from devstack.nodeparts import NodeParts, NodePartsError, ensure_node_parts
+from devstack.processes import Children, ClusterStartError, free_port, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build.sh"
@@ -55,11 +60,31 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "garbage-collector-controller",
     "resourcequota-controller",
+    # Lifts the node's not-ready taint once the kubelet reports Ready.
+    "node-lifecycle-controller",
+    # Deployments are what tenants (and the console) run pods with.
+    "deployment-controller",
+    "replicaset-controller",
 )
+CACHE = Path(os.environ.get("TENANT_GATEWAY_CACHE")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tenant-gateway")
+# The API server's identity towards kubelets, allowed their whole API (exec, logs, port-forward).
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
+_KUBELET_CLIENT_BINDING = f"""
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: local-cluster:kube-apiserver-kubelet-client}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kubelet-api-admin}}
+subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {KUBELET_CLIENT}}}]
+"""
+# Client identities other than the gateway's: file stem -> (user, groups).
+_CLIENT_IDENTITIES = {
+    "admin": ("cluster-admin", ("system:masters",)),
+    "kubelet-client": (KUBELET_CLIENT, ()),
+    "scheduler": ("system:kube-scheduler", ()),
+    "node": (f"system:node:{NODE_NAME}", ("system:nodes",)),
+}
 
-
-class ClusterStartError(RuntimeError):
-    """The local control plane could not be built or started; the message says which part and where its log is."""
 
 
 def build_binaries() -> Path:
@@ -74,17 +99,6 @@ def build_binaries() -> Path:
             "It needs Go and the Go module proxy once per machine."
         ) from error
     return Path(out.strip().splitlines()[-1])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # PR_SET_PDEATHSIG = 1: the kernel sends SIGTERM when the parent exits.
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def _b64(data: bytes) -> str:
@@ -104,17 +118,21 @@ def _kubeconfig(server: str, ca_pem: bytes, user: str, pair: pki.KeyPair) -> str
 
 @dataclass
 class LocalCluster:
-    """A control plane whose state lives under `state_dir`.
+    """A cluster whose state lives under `state_dir`.
 
-    Reusing a state dir keeps etcd data and certificates (a dev gateway's
-    database keeps pointing at namespaces that still exist); ports are new on
-    every start.
+    Reusing a state dir keeps etcd data, certificates and imported images (a
+    dev gateway's database keeps pointing at namespaces that still exist);
+    ports are new on every start.
     """
 
     state_dir: Path
     bin_dir: Path
     server: str = ""
-    _processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = field(default_factory=list)
+    node: LocalNode | None = None
+    _children: Children = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._children = Children(self.state_dir / "logs")
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -132,41 +150,45 @@ class LocalCluster:
     def kubectl(self) -> Path:
         return self.bin_dir / "kubectl"
 
+    def _kubeconfig_for(self, stem: str) -> Path:
+        return self.state_dir / f"{stem}.kubeconfig"
+
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self, timeout: float = 90.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        (self.state_dir / "logs").mkdir(exist_ok=True)
         pki_dir = self.state_dir / "pki"
         self.ensure_pki(pki_dir)
         deadline = time.monotonic() + timeout
         try:
+            try:
+                parts = ensure_node_parts(CACHE)
+            except NodePartsError as error:
+                raise ClusterStartError(f"the local node's parts: {error}") from None
             etcd_url = self._start_etcd()
             self._wait_for(lambda: self._http_ok(f"{etcd_url}/health"), "etcd", deadline)
-            port = _free_port()
+            port = free_port()
             self.server = f"https://127.0.0.1:{port}"
             self._write_kubeconfigs(pki_dir)
             self._start_apiserver(pki_dir, etcd_url, port)
             self._wait_for(self._apiserver_ready, "kube-apiserver", deadline)
             self._start_controller_manager(pki_dir)
+            self._start_scheduler()
             self._bootstrap_rbac()
+            self.node = self._node(pki_dir, parts)
+            self.node.start()
             self._wait_for(self._controllers_working, "kube-controller-manager", deadline)
             self._wait_for(self._policies_enforced, "admission policies", deadline)
+            self._wait_for(self._node_ready, "the local node", deadline)
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
-        for _name, process, log in reversed(self._processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            log.close()
-        self._processes.clear()
+        if self.node is not None:
+            self.node.stop()
+            self.node = None
+        self._children.stop()
 
     def __enter__(self) -> "LocalCluster":
         self.start()
@@ -183,6 +205,7 @@ class LocalCluster:
         elif pki.common_name(pki_dir / "gateway.crt") != GATEWAY_USER:
             # A state dir from before the gateway took its ServiceAccount's name.
             self._issue_gateway_cert(pki_dir)
+        self._issue_missing_identities(pki_dir)  # a state dir from before the node
 
     def _write_pki(self, pki_dir: Path) -> None:
         tmp = pki_dir.with_name("pki.tmp")
@@ -193,8 +216,8 @@ class LocalCluster:
         (tmp / "ca.key").write_bytes(ca.key_pem)
         pki.issue(ca, ca_key, common_name="kube-apiserver",
                   server_hosts=("127.0.0.1", "localhost", "kubernetes.default.svc")).write(tmp, "apiserver")
-        pki.issue(ca, ca_key, common_name="cluster-admin", organizations=("system:masters",)).write(tmp, "admin")
         self._issue_gateway_cert(tmp)
+        self._issue_missing_identities(tmp)
         sa_key = tmp / "sa.key"
         sa_key.write_bytes(pki.make_service_account_signing_key())
         sa_key.chmod(0o600)
@@ -205,26 +228,36 @@ class LocalCluster:
         ca, ca_key = pki.load_ca(pki_dir)
         pki.issue(ca, ca_key, common_name=GATEWAY_USER, organizations=GATEWAY_GROUPS).write(pki_dir, "gateway")
 
+    @staticmethod
+    def _issue_missing_identities(pki_dir: Path) -> None:
+        ca, ca_key = pki.load_ca(pki_dir)
+        for stem, (user, groups) in _CLIENT_IDENTITIES.items():
+            if not (pki_dir / f"{stem}.crt").exists():
+                pki.issue(ca, ca_key, common_name=user, organizations=groups).write(pki_dir, stem)
+
     def _write_kubeconfigs(self, pki_dir: Path) -> None:
         ca = (pki_dir / "ca.crt").read_bytes()
-        for stem, path in (("admin", self.admin_kubeconfig), ("gateway", self.gateway_kubeconfig)):
+        users = {stem: user for stem, (user, _groups) in _CLIENT_IDENTITIES.items()}
+        users["gateway"] = "tenant-gateway"
+        for stem, user in users.items():
             pair = pki.KeyPair((pki_dir / f"{stem}.crt").read_bytes(), (pki_dir / f"{stem}.key").read_bytes())
-            user = "cluster-admin" if stem == "admin" else "tenant-gateway"
+            path = self._kubeconfig_for(stem)
             path.write_text(_kubeconfig(self.server, ca, user, pair))
             path.chmod(0o600)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.state_dir / "logs" / f"{name}.log", "ab")
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-        self._processes.append((name, process, log))
+    def _node(self, pki_dir: Path, parts: NodeParts) -> LocalNode:
+        address = node_address()
+        ca, ca_key = pki.load_ca(pki_dir)
+        # Issued at every start: the node's address may have changed.
+        serving = pki.issue(ca, ca_key, common_name=NODE_NAME, server_hosts=(address, NODE_NAME)).write(
+            pki_dir, "kubelet-serving")
+        return LocalNode(self.state_dir / "node", self.bin_dir / "kubelet", parts, self._kubeconfig_for("node"),
+                         self.ca_file, serving, address)
 
     def _start_etcd(self) -> str:
-        client, peer = _free_port(), _free_port()
+        client, peer = free_port(), free_port()
         url = f"http://127.0.0.1:{client}"
-        self._spawn("etcd", [
+        self._children.spawn("etcd", [
             str(self.bin_dir / "etcd"),
             "--name=local",
             f"--data-dir={self.state_dir / 'etcd'}",
@@ -239,13 +272,15 @@ class LocalCluster:
         return url
 
     def _start_apiserver(self, pki_dir: Path, etcd_url: str, port: int) -> None:
-        self._spawn("kube-apiserver", [
+        self._children.spawn("kube-apiserver", [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
             f"--tls-cert-file={pki_dir / 'apiserver.crt'}", f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
             f"--client-ca-file={pki_dir / 'ca.crt'}",
-            "--authorization-mode=RBAC",
+            # Node: the kubelet sees only its own pods' objects, as in any real cluster.
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki_dir / 'sa.key'}",
             f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
@@ -257,23 +292,40 @@ class LocalCluster:
             "--allow-privileged=true",
             # The lease reconciler would publish 127.0.0.1 as an endpoint, which validation rejects.
             "--endpoint-reconciler-type=none",
+            # Reaching pods (exec, logs, port-forward): dial the node's address,
+            # prove who we are, and verify the kubelet. Set from the first start:
+            # restarting an API server with open watches takes up to a minute.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki_dir / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki_dir / 'kubelet-client.key'}",
+            f"--kubelet-certificate-authority={pki_dir / 'ca.crt'}",
             "--profiling=false",
         ])
 
     def _start_controller_manager(self, pki_dir: Path) -> None:
-        self._spawn("kube-controller-manager", [
+        self._children.spawn("kube-controller-manager", [
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.admin_kubeconfig}",
             f"--controllers={','.join(CONTROLLERS)}",
             "--leader-elect=false", "--use-service-account-credentials=false",
             f"--service-account-private-key-file={pki_dir / 'sa.key'}",
             f"--root-ca-file={pki_dir / 'ca.crt'}",
-            "--bind-address=127.0.0.1", f"--secure-port={_free_port()}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--concurrent-namespace-syncs=5", "--profiling=false",
         ])
 
+    def _start_scheduler(self) -> None:
+        self._children.spawn("kube-scheduler", [
+            str(self.bin_dir / "kube-scheduler"),
+            f"--kubeconfig={self._kubeconfig_for('scheduler')}",
+            f"--authentication-kubeconfig={self._kubeconfig_for('scheduler')}",
+            f"--authorization-kubeconfig={self._kubeconfig_for('scheduler')}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+            "--profiling=false",
+        ])
+
     def _bootstrap_rbac(self) -> None:
-        manifests = "\n---\n".join(path.read_text() for path in CLUSTER_MANIFESTS)
+        manifests = "\n---\n".join([*(path.read_text() for path in CLUSTER_MANIFESTS), _KUBELET_CLIENT_BINDING])
         self.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", "-", input=manifests)
 
     # -- probes ------------------------------------------------------------
@@ -318,17 +370,18 @@ class LocalCluster:
                                  kubeconfig=self.gateway_kubeconfig, check=False)
         return probe.returncode != 0 and "tenant-gateway-confined" in probe.stderr
 
+    def _node_ready(self) -> bool:
+        found = self.kubectl_run("get", "node", NODE_NAME, "-o", "json", check=False)
+        if found.returncode != 0:
+            return False
+        node = json.loads(found.stdout)
+        conditions = node.get("status", {}).get("conditions", [])
+        tainted = any(t.get("key") == "node.kubernetes.io/not-ready" for t in node.get("spec", {}).get("taints", []))
+        return not tainted and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
     def _wait_for(self, probe: Callable[[], bool], what: str, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            for name, process, _log in self._processes:
-                if process.poll() is not None:
-                    log_path = self.state_dir / "logs" / f"{name}.log"
-                    tail = log_path.read_text(errors="replace").splitlines()[-15:]
-                    raise ClusterStartError(f"{name} exited with {process.returncode}; last lines of {log_path}:\n" + "\n".join(tail))
-            if probe():
-                return
-            time.sleep(0.25)
-        raise ClusterStartError(f"{what} did not become ready in time; logs in {self.state_dir / 'logs'}")
+        groups = [self._children] + ([self.node.children] if self.node is not None else [])
+        wait_for(probe, what, deadline, *groups)
 
 
 def start_local_cluster(state_dir: Path) -> LocalCluster:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager, kubectl and etcd from the Go
-# module proxy for the versions pinned in versions.env, into a cache outside
+# Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kubectl and etcd from the Go module proxy for the versions pinned in versions.env, into a cache outside
 # the clone keyed by version. Prints the bin directory on stdout.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod points ~31 staging
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
 cache=${TENANT_GATEWAY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tenant-gateway}
 bin="$cache/bin/kube-$KUBERNETES_VERSION-etcd-$ETCD_VERSION"
-wanted=(kube-apiserver kube-controller-manager kubectl etcd)
+wanted=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd)
 
 have_all() { for b in "${wanted[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
 if have_all; then echo "$bin"; exit 0; fi
@@ -58,6 +58,8 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
@@ -67,7 +69,7 @@ GO
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags="$ldflags -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean"
   done
-  for cmd in kube-apiserver kube-controller-manager kubectl; do
+  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
     [ -x "$bin/$cmd" ] && continue
     log "building $cmd $KUBERNETES_VERSION (first run on this machine only)"
     go build -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2

@@ -1,0 +1,297 @@
+"""What a local node changes on the host outside its own directory, and how
+it is put back, by the node's own teardown or by the next run after a crash.
+
+A node touches: one cgroup per hierarchy (its `cgroupRoot`), a bridge, the
+mounts under its directory (overlay rootfs, shm, projected volumes), network
+namespaces under /run/netns, shim processes and their sockets under
+/run/containerd/s, CNI result files, /var/log/containers links, the kubelet's
+device-plugin socket, and a few sysctls (the bridge plugin turns on
+ip_forward; the kubelet sets its kernel tunables). Each running node is
+recorded in /run/tenant-gateway/nodes (gone at reboot, like everything it
+describes); a record whose owner process is dead is swept before a new node
+starts. Sysctls are saved before the first node and restored after the last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REGISTRY = Path("/run/tenant-gateway/nodes")
+_SYSCTLS_SAVED = REGISTRY.parent / "sysctls.json"
+CGROUP_FS = Path("/sys/fs/cgroup")
+# ip_forward: the CNI bridge plugin; the rest: the kubelet's kernel tunables.
+SYSCTLS = (
+    "net/ipv4/ip_forward", "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
+    "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+)
+_SHARED_SOCKET_DIRS = (Path("/run/containerd/s"), Path("/var/lib/kubelet/device-plugins"))
+_NETNS_DIRS = (Path("/run/netns"), Path("/var/run/netns"))
+_CNI_RESULTS = Path("/var/lib/cni/results")
+_CONTAINER_LOG_LINKS = Path("/var/log/containers")
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node_dir: str
+    cgroup_root: str
+    bridge: str
+    network: str
+    containerd_socket: str
+    owner_pid: int
+    owner_start: str
+
+    def owner_alive(self) -> bool:
+        return _process_start(self.owner_pid) == self.owner_start
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in ticks: with the pid, it names one process for ever."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def record_for(node_dir: Path, cgroup_root: str, bridge: str, network: str, socket: Path) -> NodeRecord:
+    pid = os.getpid()
+    return NodeRecord(str(node_dir), cgroup_root, bridge, network, str(socket), pid, _process_start(pid) or "")
+
+
+def _records() -> list[tuple[Path, NodeRecord]]:
+    found = []
+    for path in sorted(REGISTRY.glob("*.json")):
+        try:
+            found.append((path, NodeRecord(**json.loads(path.read_text()))))
+        except (OSError, ValueError, TypeError):
+            path.unlink(missing_ok=True)
+    return found
+
+
+def _record_path(record: NodeRecord) -> Path:
+    return REGISTRY / (record.cgroup_root.strip("/") + ".json")
+
+
+def claim(record: NodeRecord) -> None:
+    """Before a node starts: sweep dead nodes' leftovers, save the sysctls if
+    this is the only node, then record this one."""
+    REGISTRY.mkdir(parents=True, exist_ok=True)
+    for path, old in _records():
+        if not old.owner_alive() or old.cgroup_root == record.cgroup_root:
+            sweep(old)
+            path.unlink(missing_ok=True)
+    if not _records():
+        if _SYSCTLS_SAVED.exists():
+            restore_sysctls()  # left by a run that crashed
+        _SYSCTLS_SAVED.write_text(json.dumps({name: _sysctl(name) for name in SYSCTLS}))
+    _record_path(record).write_text(json.dumps(asdict(record)))
+
+
+def release(record: NodeRecord) -> None:
+    """After a node stopped: put back what it changed."""
+    sweep(record)
+    _record_path(record).unlink(missing_ok=True)
+    if not any(other.owner_alive() for _path, other in _records()):
+        restore_sysctls()
+
+
+def _sysctl(name: str) -> str:
+    return (Path("/proc/sys") / name).read_text().strip()
+
+
+def restore_sysctls() -> None:
+    try:
+        saved = json.loads(_SYSCTLS_SAVED.read_text())
+    except (OSError, ValueError):
+        return
+    for name, value in saved.items():
+        try:
+            if _sysctl(name) != value:
+                (Path("/proc/sys") / name).write_text(value)
+        except OSError:
+            pass
+    _SYSCTLS_SAVED.unlink(missing_ok=True)
+
+
+# -- the sweep ------------------------------------------------------------
+
+
+def sweep(record: NodeRecord) -> None:
+    """Everything of this node's that outlives its kubelet and containerd:
+    containers and shims first (they hold the mounts), then mounts, network
+    and files. Safe to run twice, and while other nodes run."""
+    _kill_cgroup_processes(record.cgroup_root)
+    _kill_shims(record.containerd_socket)
+    _unmount_below(Path(record.node_dir))
+    _remove_cgroups(record.cgroup_root)
+    subprocess.run(["ip", "link", "delete", record.bridge], capture_output=True)
+    # Results are named <network>-<sandbox id>-<interface>; the loopback
+    # plugin's network is shared by every node, its sandbox ids are not.
+    sandboxes = {path.name for path in Path(record.node_dir).glob("containerd/*/io.containerd.grpc.v1.cri/sandboxes/*")}
+    for result in _CNI_RESULTS.glob("*"):
+        if result.name.startswith(f"{record.network}-") or any(f"-{sandbox}-" in result.name for sandbox in sandboxes):
+            result.unlink(missing_ok=True)
+    sweep_orphans(Path(record.node_dir))
+
+
+def sweep_orphans(node_dir: Path) -> None:
+    """Shared places whose entries name no owner: drop what no live process uses."""
+    _remove_orphan_netns()
+    listening = _listening_unix_sockets()
+    for folder in _SHARED_SOCKET_DIRS:
+        for entry in folder.glob("*"):
+            if entry.is_socket() and str(entry) not in listening:
+                entry.unlink(missing_ok=True)
+    for link in _CONTAINER_LOG_LINKS.glob("*.log"):
+        if link.is_symlink() and (not link.exists() or str(link.resolve()).startswith(str(node_dir) + "/")):
+            link.unlink(missing_ok=True)
+    # Made for us if they were not there; a host's own containerd keeps them.
+    for folder in (*_SHARED_SOCKET_DIRS, Path("/run/containerd"), Path("/var/lib/kubelet"), _CONTAINER_LOG_LINKS, _CNI_RESULTS,
+                   _CNI_RESULTS.parent, *_NETNS_DIRS):
+        _remove_if_empty(folder)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _hierarchies() -> list[Path]:
+    """The mounted cgroup hierarchies (v1 controllers, or the one v2 tree)."""
+    if (CGROUP_FS / "cgroup.controllers").exists():
+        return [CGROUP_FS]
+    return [path for path in CGROUP_FS.iterdir() if path.is_dir() and not path.is_symlink()]
+
+
+def make_cgroups(cgroup_root: str) -> None:
+    """The kubelet refuses a cgroupRoot that does not exist."""
+    for hierarchy in _hierarchies():
+        folder = hierarchy / cgroup_root.strip("/")
+        folder.mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":  # v1 cpusets start empty: no task could join
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                (folder / name).write_text((hierarchy / name).read_text())
+
+
+def _cgroup_dirs(cgroup_root: str) -> list[Path]:
+    """Every cgroup below the root, deepest first, in every hierarchy."""
+    found: list[Path] = []
+    for hierarchy in _hierarchies():
+        top = hierarchy / cgroup_root.strip("/")
+        if top.is_dir():
+            found.extend(Path(path) for path, _dirs, _files in os.walk(top))
+    return sorted(found, key=lambda path: len(path.parts), reverse=True)
+
+
+def _kill_cgroup_processes(cgroup_root: str) -> None:
+    for _attempt in range(50):
+        pids: set[int] = set()
+        for folder in _cgroup_dirs(cgroup_root):
+            try:
+                pids.update(int(line) for line in (folder / "cgroup.procs").read_text().split())
+            except OSError:
+                continue
+        if not pids:
+            return
+        for pid in pids:
+            _kill(pid)
+        time.sleep(0.1)
+
+
+def _remove_cgroups(cgroup_root: str) -> None:
+    for _attempt in range(50):
+        left = False
+        for folder in _cgroup_dirs(cgroup_root):
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left = True  # a process is still leaving
+        if not left:
+            return
+        time.sleep(0.1)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_shims(containerd_socket: str) -> None:
+    """Shims outlive containerd by design; ours name our containerd's socket."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and containerd_socket.encode() in argv:
+            _kill(int(entry.name))
+
+
+def _mount_points() -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        field = line.split()[4]
+        # mountinfo escapes space, tab, newline and backslash in octal
+        points.append(field.encode().decode("unicode_escape"))
+    return points
+
+
+def _unmount_below(folder: Path) -> None:
+    prefix = str(folder) + "/"
+    for point in sorted((p for p in _mount_points() if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+
+
+def _remove_orphan_netns() -> None:
+    """A pod's network namespace is a bind mount named cni-<uuid>; one that no
+    process is in belongs to a pod that is gone (every live pod holds its
+    sandbox process in it)."""
+    live = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                live.add(os.stat(entry / "ns" / "net").st_ino)
+            except OSError:
+                continue
+    mounted = set(_mount_points())
+    for folder in _NETNS_DIRS:
+        for namespace in folder.glob("cni-*"):
+            try:
+                inode = os.stat(namespace).st_ino
+            except OSError:
+                continue
+            if inode in live:
+                continue
+            if str(namespace) in mounted:
+                subprocess.run(["umount", "--lazy", str(namespace)], capture_output=True)
+            namespace.unlink(missing_ok=True)
+
+
+def _listening_unix_sockets() -> set[str]:
+    paths = set()
+    for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7].startswith("/"):
+            paths.add(fields[7])
+    return paths
+
+
+def remove_tree(folder: Path) -> None:
+    """A node directory, once nothing is mounted below it."""
+    _unmount_below(folder)
+    shutil.rmtree(folder, ignore_errors=True)
