@@ -5,8 +5,9 @@ human behind them (the cluster's own audit log only sees the tenant
 ServiceAccount). Waiting for a row per request would put a database round
 trip on the proxy's hot path, so rows are queued and written in batches a few
 times a second, retried while the database is away, and flushed on shutdown.
-Credential issuance does not come this way: its row is committed before the
-kubeconfig is returned.
+Rows that must exist before what they record may happen (a credential
+issued, an exec session opened) do not wait for a batch: `write_now`
+commits them, and a database that will not take them fails the request.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class AuditWriter:
             self._queue.put_nowait(event)
         except asyncio.QueueFull:
             log.error("audit queue full; dropping a proxied-write audit row", extra={"action": event.action})
+
+    async def write_now(self, event: AuditEvent) -> None:
+        """Commit one row before going on; DatabaseUnavailable if it cannot be."""
+        await repo.record_audit(self._db, event)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-audit")

@@ -30,7 +30,7 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 Action = Literal["forward", "own_namespace_list", "deny"]
 
@@ -214,3 +214,17 @@ def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Deci
     is_exec = pods and subresource in _EXEC_SUBRESOURCES
     follow = pods and subresource == "log" and _query_flag(query, "follow")
     return forward(long_running=watch_path or is_exec or follow, is_exec=is_exec)
+
+
+def stream_target(decision: Decision) -> dict[str, object]:
+    """What an exec, attach or port-forward reaches, for its audit row: the
+    pod, the subresource, and the container, command and ports the client
+    asked for (the API server reads the same query keys)."""
+    segments = decision.upstream_path.rsplit("/", 3)[-3:]
+    query = parse_qsl(decision.upstream_query, keep_blank_values=True)
+    target: dict[str, object] = {"pod": unquote(segments[1]), "subresource": segments[2]}
+    for key, name in (("container", "container"), ("command", "command"), ("ports", "ports")):
+        values = [value for k, value in query if k == key]
+        if values:
+            target[name] = values if key != "container" else values[0]
+    return target

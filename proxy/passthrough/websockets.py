@@ -18,6 +18,7 @@ from aiohttp import WSMsgType, web
 
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
 from proxy.passthrough.headers import upstream_request_headers, websocket_subprotocols
+from proxy.passthrough.routing import stream_target
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.upstream import RedirectRefused
 
@@ -76,6 +77,10 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
     token = await ticket.token()
+    if ticket.decision.is_exec:
+        # Before the handshake, which is what starts the process in the pod:
+        # no row, no session.
+        await ticket.passthrough.audit.write_now(ticket.event("ProxyExec", **stream_target(ticket.decision)))
     try:
         upstream = await _connect(request, ticket, token)
     except UpgradeRefused as refused:
@@ -83,9 +88,7 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
             raise
         ticket.drop_token(token)
         upstream = await _connect(request, ticket, await ticket.token())
-    if ticket.decision.is_exec:
-        ticket.passthrough.audit.enqueue(ticket.event("ProxyExec", subprotocol=upstream.protocol))
-    else:
+    if not ticket.decision.is_exec:
         ticket.audit_write(101)
     client = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
                                    autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.passthrough.routing import Decision, classify
+from proxy.passthrough.routing import Decision, classify, stream_target
 
 OWN = "tenant-a"
 OTHER = "tenant-b"
@@ -321,3 +321,14 @@ def test_watch_is_read_from_the_query_decoded_once_as_the_api_server_does() -> N
     path = f"/api/v1/namespaces/{OWN}/pods"
     assert not decide("GET", path, "watch=%66alse").long_running
     assert decide("GET", path, "watch=%2566alse").long_running  # the API server sees "%66alse": not false
+
+
+def test_stream_target_names_what_an_exec_reaches() -> None:
+    decision = classify("GET", "/api/v1/namespaces/tenant-a/pods/web-1/exec",
+                        "container=main&command=sh&command=-c&command=echo%20hi&stdin=true", "tenant-a")
+    assert decision.is_exec
+    assert stream_target(decision) == {"pod": "web-1", "subresource": "exec", "container": "main",
+                                       "command": ["sh", "-c", "echo hi"]}
+    forward = classify("GET", "/api/v1/namespaces/tenant-a/pods/web-1/portforward", "ports=8080&ports=9090",
+                       "tenant-a")
+    assert stream_target(forward) == {"pod": "web-1", "subresource": "portforward", "ports": ["8080", "9090"]}

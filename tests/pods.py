@@ -1,0 +1,109 @@
+"""Real pods on the local node, driven through the gateway the way a tenant
+drives them: the real kubectl with a kubeconfig that points at
+`https://<gateway>/k8s/<workspace>` and carries the session token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devstack.cluster import LocalCluster
+from devstack.nodeparts import BUSYBOX_IMAGE
+from tests.gatewayclient import Session, register_and_login
+
+
+def pod_manifest(name: str, script: str, *, stdin: bool = False, tty: bool = False) -> dict[str, Any]:
+    """A busybox pod running `script` under sh, as Pod Security `restricted` wants it."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "main", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script],
+                "stdin": stdin, "tty": tty,
+                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }
+
+
+@dataclass
+class Tenant:
+    """A signed-in user with a workspace, and kubectl pointed at it through the gateway."""
+
+    cluster: LocalCluster
+    session: Session
+    workspace: dict[str, Any]
+    kubeconfig: Path
+    server: str
+
+    @property
+    def namespace(self) -> str:
+        return str(self.workspace["namespace"])
+
+    def argv(self, *args: str) -> list[str]:
+        return [str(self.cluster.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
+
+    async def kubectl(self, *args: str, input: str | None = None, env: dict[str, str] | None = None,
+                      timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """kubectl to completion, off the event loop (the gateway serves on it)."""
+        return await asyncio.to_thread(
+            subprocess.run, self.argv(*args), input=input, capture_output=True, text=True, timeout=timeout,
+            env={**os.environ, **(env or {})})
+
+    async def spawn(self, *args: str, env: dict[str, str] | None = None, **kwargs: Any) -> asyncio.subprocess.Process:
+        """A long-running kubectl (exec -i, logs -f, port-forward) with pipes."""
+        kwargs.setdefault("stdin", asyncio.subprocess.PIPE)
+        kwargs.setdefault("stdout", asyncio.subprocess.PIPE)
+        kwargs.setdefault("stderr", asyncio.subprocess.PIPE)
+        return await asyncio.create_subprocess_exec(*self.argv(*args), env={**os.environ, **(env or {})}, **kwargs)
+
+    async def run_pod(self, script: str, *, name: str | None = None, stdin: bool = False, tty: bool = False) -> str:
+        """Create a pod through the gateway and wait until it runs; its name."""
+        name = name or f"pod-{uuid.uuid4().hex[:8]}"
+        applied = await self.kubectl("apply", "-f", "-", input=json.dumps(pod_manifest(name, script, stdin=stdin, tty=tty)))
+        assert applied.returncode == 0, applied.stderr
+        ready = await self.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=90s", timeout=100)
+        assert ready.returncode == 0, ready.stderr + (await self.kubectl("describe", "pod", name)).stdout
+        return name
+
+
+def gateway_kubeconfig(folder: Path, server: str, token: str, namespace: str, ca_file: Path) -> Path:
+    path = folder / f"tenant-{uuid.uuid4().hex[:6]}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "gw", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": "me", "user": {"token": token}}],
+        "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "me", "namespace": namespace}}],
+        "current-context": "gw",
+    }))
+    return path
+
+
+async def new_tenant(cluster: LocalCluster, gateway: Any, folder: Path) -> Tenant:
+    session = await register_and_login(gateway)
+    workspace = await session.init()
+    server = str(gateway.make_url(f"/k8s/{workspace['id']}"))
+    config = gateway_kubeconfig(folder, server, session.token, workspace["namespace"], gateway.ca_file)
+    return Tenant(cluster, session, workspace, config, server)
+
+
+async def read_until(stream: asyncio.StreamReader, needle: bytes, limit: float = 30) -> bytes:
+    """Read until `needle` has arrived (or fail after `limit` seconds)."""
+    seen = b""
+    async with asyncio.timeout(limit):
+        while needle not in seen:
+            chunk = await stream.read(4096)
+            if not chunk:
+                raise AssertionError(f"stream ended before {needle!r}; got {seen[-500:]!r}")
+            seen += chunk
+    return seen
