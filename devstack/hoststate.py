@@ -35,6 +35,8 @@ _SHARED_SOCKET_DIRS = (Path("/run/containerd/s"), Path("/var/lib/kubelet/device-
 _NETNS_DIRS = (Path("/run/netns"), Path("/var/run/netns"))
 _CNI_RESULTS = Path("/var/lib/cni/results")
 _CONTAINER_LOG_LINKS = Path("/var/log/containers")
+# A live node's netns or shim socket exists a moment before a process uses it.
+_ORPHAN_AGE_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class NodeRecord:
     bridge: str
     network: str
     containerd_socket: str
+    subnet: str
     owner_pid: int
     owner_start: str
 
@@ -60,9 +63,14 @@ def _process_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def record_for(node_dir: Path, cgroup_root: str, bridge: str, network: str, socket: Path) -> NodeRecord:
+def record_for(node_dir: Path, cgroup_root: str, bridge: str, network: str, socket: Path, subnet: str) -> NodeRecord:
     pid = os.getpid()
-    return NodeRecord(str(node_dir), cgroup_root, bridge, network, str(socket), pid, _process_start(pid) or "")
+    return NodeRecord(str(node_dir), cgroup_root, bridge, network, str(socket), subnet, pid, _process_start(pid) or "")
+
+
+def subnets_in_use() -> set[str]:
+    """Pod subnets of live nodes: a bridge (and its route) exists only once a pod runs."""
+    return {record.subnet for _path, record in _records() if record.owner_alive()}
 
 
 def _records() -> list[tuple[Path, NodeRecord]]:
@@ -79,14 +87,17 @@ def _record_path(record: NodeRecord) -> Path:
     return REGISTRY / (record.cgroup_root.strip("/") + ".json")
 
 
-def claim(record: NodeRecord) -> None:
-    """Before a node starts: sweep dead nodes' leftovers, save the sysctls if
-    this is the only node, then record this one."""
+def sweep_dead() -> None:
+    """Before a node starts: put back what nodes whose owner died left."""
     REGISTRY.mkdir(parents=True, exist_ok=True)
     for path, old in _records():
-        if not old.owner_alive() or old.cgroup_root == record.cgroup_root:
+        if not old.owner_alive():
             sweep(old)
             path.unlink(missing_ok=True)
+
+
+def claim(record: NodeRecord) -> None:
+    """Record a starting node; save the sysctls if it is the only one."""
     if not _records():
         if _SYSCTLS_SAVED.exists():
             restore_sysctls()  # left by a run that crashed
@@ -147,7 +158,7 @@ def sweep_orphans(node_dir: Path) -> None:
     listening = _listening_unix_sockets()
     for folder in _SHARED_SOCKET_DIRS:
         for entry in folder.glob("*"):
-            if entry.is_socket() and str(entry) not in listening:
+            if entry.is_socket() and str(entry) not in listening and _old(entry):
                 entry.unlink(missing_ok=True)
     for link in _CONTAINER_LOG_LINKS.glob("*.log"):
         if link.is_symlink() and (not link.exists() or str(link.resolve()).startswith(str(node_dir) + "/")):
@@ -156,6 +167,13 @@ def sweep_orphans(node_dir: Path) -> None:
     for folder in (*_SHARED_SOCKET_DIRS, Path("/run/containerd"), Path("/var/lib/kubelet"), _CONTAINER_LOG_LINKS, _CNI_RESULTS,
                    _CNI_RESULTS.parent, *_NETNS_DIRS):
         _remove_if_empty(folder)
+
+
+def _old(path: Path) -> bool:
+    try:
+        return time.time() - path.lstat().st_mtime > _ORPHAN_AGE_SECONDS
+    except OSError:
+        return False
 
 
 def _remove_if_empty(folder: Path) -> None:
@@ -260,7 +278,8 @@ def _unmount_below(folder: Path) -> None:
 def _remove_orphan_netns() -> None:
     """A pod's network namespace is a bind mount named cni-<uuid>; one that no
     process is in belongs to a pod that is gone (every live pod holds its
-    sandbox process in it)."""
+    sandbox process in it), unless it was made a moment ago for a pod that
+    another node is starting."""
     live = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -275,7 +294,7 @@ def _remove_orphan_netns() -> None:
                 inode = os.stat(namespace).st_ino
             except OSError:
                 continue
-            if inode in live:
+            if inode in live or not _old(namespace):
                 continue
             if str(namespace) in mounted:
                 subprocess.run(["umount", "--lazy", str(namespace)], capture_output=True)

@@ -62,9 +62,10 @@ def node_address() -> str:
 
 
 def free_pod_subnet() -> str:
-    """A /24 for pod addresses that no route on this host uses yet."""
+    """A /24 for pod addresses that no route on this host and no other live node uses."""
     routes = json.loads(subprocess.run(["ip", "-j", "-4", "route"], capture_output=True, text=True).stdout or "[]")
     used = [ipaddress.ip_network(r["dst"], strict=False) for r in routes if r.get("dst", "default") != "default"]
+    used += [ipaddress.ip_network(subnet) for subnet in hoststate.subnets_in_use()]
     for third in range(256):
         candidate = ipaddress.ip_network(f"10.244.{third}.0/24")
         if not any(candidate.overlaps(network) for network in used):
@@ -208,16 +209,17 @@ class LocalNode:
     def start(self) -> None:
         """containerd, the images, then the kubelet; Ready is the cluster's to wait for."""
         preflight()
-        record = hoststate.record_for(self.node_dir, self.cgroup_root, self.bridge, self.network, self.socket)
-        hoststate.claim(record)  # sweeps a crashed run's leftovers first
+        hoststate.sweep_dead()  # a crashed run's leftovers first
+        subnet = free_pod_subnet()
+        record = hoststate.record_for(self.node_dir, self.cgroup_root, self.bridge, self.network, self.socket, subnet)
+        hoststate.claim(record)
         self._record = record
         # Volatile state from a previous run is meaningless now: containers died with it.
-        for volatile in ("containerd/state", "kubelet", "pod-logs", "cni"):
+        for volatile in ("containerd/state", "runc", "kubelet", "pod-logs", "cni"):
             hoststate.remove_tree(self.node_dir / volatile)
         cni_conf, leases = self.node_dir / "cni" / "net.d", self.node_dir / "cni" / "leases"
         for folder in (cni_conf, leases, self.node_dir / "kubelet", self.node_dir / "pod-logs"):
             folder.mkdir(parents=True, exist_ok=True)
-        subnet = free_pod_subnet()
         (cni_conf / "10-tenant-gateway.conflist").write_text(
             json.dumps(cni_config(self.network, self.bridge, subnet, leases), indent=1))
         config = self.node_dir / "containerd.toml"
