@@ -70,7 +70,7 @@ async def request_context(request: web.Request, handler: Callable[[web.Request],
 def _preflight(request: web.Request) -> web.StreamResponse:
     origin = request.headers.get("Origin", "")
     if origin not in request.app[keys.SETTINGS].cors_origins:
-        return error_response(403, "cors_origin_refused", "this origin may not call the gateway")
+        return error_response(request, 403, "cors_origin_refused", "this origin may not call the gateway")
     return web.Response(status=204, headers={
         "Access-Control-Allow-Origin": origin,
         "Access-Control-Allow-Credentials": "true",
