@@ -4,8 +4,9 @@ then the client shows the gateway's message, not an empty line.
 kubectl (its REST client, and its WebSocket and SPDY dialers for exec and
 port-forward) and the official Python client (`ApiException`) read every
 error body as a Kubernetes Status; on /k8s the gateway's error is one.
-The cluster here has no node, so pods stay Pending: kubectl exec still dials,
-and every refusal tested here is made before the API server would need one.
+The pods here never get a node, so they stay Pending: kubectl exec still
+dials, and every refusal tested here is made before the API server would
+need a node.
 
 kubectl first reads discovery (cached per server URL for hours). client-go
 reads a discovery answer with `Result.Raw()`, which never decodes a Status:
@@ -28,12 +29,14 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import pytest
+import yarl
 from aiohttp import web
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 
 from devstack.cluster import LocalCluster
+from provisioning.kube.client import ClusterEndpoint, KubeClient
 from provisioning.errors import RateLimited
 from provisioning.secrets import Secret
 from proxy.auth import sessions
@@ -41,12 +44,15 @@ from proxy.passthrough.wiring import SPDY_REFUSED
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
+from tests.integration.test_proxy_faults import RealTokensFakeUpstream
 from tests.replicas import gateway_process, tls_session
 
 pytestmark = pytest.mark.cluster
 
+# Pending for good, whatever nodes the cluster has: no node carries the label.
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
-       "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}}
+       "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+                "nodeSelector": {"tenant-gateway.test/nowhere": "true"}}}
 WALL = "that namespace belongs to someone else"
 SUSPENDED = "this workspace is suspended"
 
@@ -148,6 +154,14 @@ async def test_spdy_exec_and_port_forward_say_which_setting_switches_to_websocke
     said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true",
                              KUBECTL_REMOTE_COMMAND_WEBSOCKETS="false")
     assert f"Error from server (BadRequest): {SPDY_REFUSED}" in said, said
+    # kubectl's default: WebSocket first. The API server refuses an exec into
+    # a pod without a node; kubectl then falls back to SPDY, so the message
+    # above is what it prints, and -v=4 shows the first refusal, as it says.
+    said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "-v=4", "exec", "sleeper", "--",
+                             "true")
+    assert f"Error from server (BadRequest): {SPDY_REFUSED}" in said, said
+    assert ("RemoteCommand fallback: unable to upgrade streaming request: "
+            "the Kubernetes API server refused the upgrade with status 400") in said, said
     # kubectl forwards only to a Running pod. No kubelet runs here to make it
     # one, so the status is written as a kubelet would write it.
     await asyncio.to_thread(cluster.kubectl_run, "-n", ns, "patch", "pod", "sleeper", "--subresource=status",
@@ -184,6 +198,71 @@ async def test_a_rate_limit(cluster: LocalCluster, make_gateway: Any, tmp_path: 
     assert (answer.status, answer.headers["Retry-After"]) == (429, "7")
     assert (body["reason"], body["details"], body["error"]["code"]) == ("TooManyRequests", {"retryAfterSeconds": 7},
                                                                         "rate_limited")
+
+
+class Cable:
+    """A TCP forwarder between the gateway and the real API server (TLS goes
+    through it untouched). Unplugging it makes the API server unreachable,
+    as a network failure would."""
+
+    def __init__(self, server: str) -> None:
+        self._target = yarl.URL(server)
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def plug(self) -> str:
+        self._server = await asyncio.start_server(self._connect, "127.0.0.1", 0)
+        return f"https://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self._target.host, self._target.port)
+        self._writers += [writer, up_writer]
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                sink.write(data)
+                await sink.drain()
+            sink.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer), return_exceptions=True)
+
+    async def unplug(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await self._server.wait_closed()
+
+
+async def test_an_unreachable_api_server(cluster: LocalCluster, make_gateway: Any, tmp_path: Path) -> None:
+    real = await KubeClient.from_kubeconfig(cluster.gateway_kubeconfig)
+    cable = Cable(real.endpoint.server)
+    try:
+        kube = RealTokensFakeUpstream(real, "")
+        kube.endpoint = ClusterEndpoint(await cable.plug(), real.endpoint.ca_pem)
+        gateway = await make_gateway(kube=kube)
+        user, workspace = await tenant_with_pod(gateway)
+        server, ns = server_of(gateway, workspace), workspace["namespace"]
+        await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "get", "pod", "sleeper", ok=True)
+        await cable.unplug()
+        message = "the Kubernetes API server is unreachable; retry later"
+        said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true")
+        assert f"Error from server (ServiceUnavailable): {message}" in said, said
+        read = await asyncio.to_thread(python_read, server, user.token, gateway.ca_file, ns)
+        assert status_of(read) == (503, "ServiceUnavailable", message)
+        execed = await asyncio.to_thread(python_exec, server, user.token, gateway.ca_file, ns)
+        assert "Handshake status 503" in execed.reason and message in execed.reason
+    finally:
+        await real.close()
+
+
+async def test_aiohttps_own_refusals_on_k8s(gateway: Any) -> None:
+    """No route matches `/k8s/` with an empty workspace: aiohttp's own 404,
+    rendered by the same middleware, is a Status too."""
+    answer = await gateway.get("/k8s/")
+    body = await answer.json()
+    assert (answer.status, body["kind"], body["reason"], body["error"]["code"]) == (404, "Status", "NotFound",
+                                                                                   "not_found")
 
 
 async def websocket_watch(gateway: Any, base: str, user: Session, workspace: dict[str, Any]) -> None:
