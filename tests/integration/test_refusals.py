@@ -103,19 +103,28 @@ def status_of(refused: ApiException) -> tuple[int, str, str]:
     return refused.status, body["reason"], body["message"]
 
 
+async def clients_show(cluster: LocalCluster, gateway: Any, tmp_path: Path, server: str, token: str,
+                       namespace: str, status: int, reason: str, message: str) -> None:
+    """kubectl exec, and the Python client's read and exec of the pod, all
+    show `message` (kubectl words a 401 its own way around it)."""
+    said = await run_kubectl(cluster, gateway, tmp_path, server, token, namespace,
+                             "-n", namespace, "exec", "sleeper", "--", "true")
+    shown = (f"error: You must be logged in to the server ({message})" if reason == "Unauthorized"
+             else f"Error from server ({reason}): {message}")
+    assert shown in said, said
+    read = await asyncio.to_thread(python_read, server, token, gateway.ca_file, namespace)
+    assert status_of(read) == (status, reason, message)
+    execed = await asyncio.to_thread(python_exec, server, token, gateway.ca_file, namespace)
+    assert f"Handshake status {status}" in execed.reason and message in execed.reason
+
+
 async def test_another_tenants_pod(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
     """Given a pod of another tenant, when a tenant execs into it naming its
     namespace, then kubectl and the Python client say whose it is."""
     me, mine = await tenant_with_pod(gateway)
     _, theirs = await tenant_with_pod(gateway)
-    server, other = server_of(gateway, mine), theirs["namespace"]
-    said = await run_kubectl(cluster, gateway, tmp_path, server, me.token, mine["namespace"],
-                             "-n", other, "exec", "sleeper", "--", "true")
-    assert f"Error from server (Forbidden): {WALL}" in said, said
-    read = await asyncio.to_thread(python_read, server, me.token, gateway.ca_file, other)
-    assert status_of(read) == (403, "Forbidden", WALL)
-    execed = await asyncio.to_thread(python_exec, server, me.token, gateway.ca_file, other)
-    assert "Handshake status 403" in execed.reason and WALL in execed.reason
+    await clients_show(cluster, gateway, tmp_path, server_of(gateway, mine), me.token, theirs["namespace"],
+                       403, "Forbidden", WALL)
 
 
 async def test_a_suspended_workspace(cluster: LocalCluster, gateway: Any, tmp_path: Path, database_url: str) -> None:
@@ -124,12 +133,7 @@ async def test_a_suspended_workspace(cluster: LocalCluster, gateway: Any, tmp_pa
     await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "get", "pod", "sleeper", ok=True)
     root = await admin_session(gateway, database_url)
     assert (await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")).status == 200
-    said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true")
-    assert f"Error from server (Forbidden): {SUSPENDED}" in said, said
-    read = await asyncio.to_thread(python_read, server, user.token, gateway.ca_file, ns)
-    assert status_of(read) == (403, "Forbidden", SUSPENDED)
-    execed = await asyncio.to_thread(python_exec, server, user.token, gateway.ca_file, ns)
-    assert "Handshake status 403" in execed.reason and SUSPENDED in execed.reason
+    await clients_show(cluster, gateway, tmp_path, server, user.token, ns, 403, "Forbidden", SUSPENDED)
 
 
 async def test_an_expired_or_unknown_session(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
@@ -139,12 +143,7 @@ async def test_an_expired_or_unknown_session(cluster: LocalCluster, gateway: Any
     long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=3)
     expired, _ = sessions.mint(Secret(SESSION_SECRET), uuid.UUID(user.user_id), uuid.uuid4(), long_ago, 3600)
     for token, message in ((expired, "the session has expired; log in again"), ("not-a-session", "invalid session")):
-        said = await run_kubectl(cluster, gateway, tmp_path, server, token, ns, "exec", "sleeper", "--", "true")
-        assert f"error: You must be logged in to the server ({message})" in said, said
-        read = await asyncio.to_thread(python_read, server, token, gateway.ca_file, ns)
-        assert status_of(read) == (401, "Unauthorized", message)
-        execed = await asyncio.to_thread(python_exec, server, token, gateway.ca_file, ns)
-        assert "Handshake status 401" in execed.reason and message in execed.reason
+        await clients_show(cluster, gateway, tmp_path, server, token, ns, 401, "Unauthorized", message)
 
 
 async def test_spdy_exec_and_port_forward_say_which_setting_switches_to_websockets(
@@ -245,13 +244,8 @@ async def test_an_unreachable_api_server(cluster: LocalCluster, make_gateway: An
         server, ns = server_of(gateway, workspace), workspace["namespace"]
         await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "get", "pod", "sleeper", ok=True)
         await cable.unplug()
-        message = "the Kubernetes API server is unreachable; retry later"
-        said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true")
-        assert f"Error from server (ServiceUnavailable): {message}" in said, said
-        read = await asyncio.to_thread(python_read, server, user.token, gateway.ca_file, ns)
-        assert status_of(read) == (503, "ServiceUnavailable", message)
-        execed = await asyncio.to_thread(python_exec, server, user.token, gateway.ca_file, ns)
-        assert "Handshake status 503" in execed.reason and message in execed.reason
+        await clients_show(cluster, gateway, tmp_path, server, user.token, ns, 503, "ServiceUnavailable",
+                           "the Kubernetes API server is unreachable; retry later")
     finally:
         await real.close()
 
