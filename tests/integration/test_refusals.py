@@ -45,6 +45,7 @@ from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
 from tests.integration.test_proxy_faults import RealTokensFakeUpstream
+from tests.pods import new_tenant
 from tests.replicas import gateway_process, tls_session
 
 pytestmark = pytest.mark.cluster
@@ -57,12 +58,16 @@ WALL = "that namespace belongs to someone else"
 SUSPENDED = "this workspace is suspended"
 
 
-async def tenant_with_pod(gateway: Any) -> tuple[Session, dict[str, Any]]:
-    user = await register_and_login(gateway)
-    workspace = await user.init()
+async def pending_pod(user: Session, workspace: dict[str, Any]) -> None:
     made = await user.call("POST", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/pods",
                            json=POD)
     assert made.status == 201, await made.text()
+
+
+async def tenant_with_pod(gateway: Any) -> tuple[Session, dict[str, Any]]:
+    user = await register_and_login(gateway)
+    workspace = await user.init()
+    await pending_pod(user, workspace)
     return user, workspace
 
 
@@ -284,14 +289,18 @@ async def test_a_correct_upgrade_logs_no_warning(gateway: Any, caplog: pytest.Lo
 async def test_a_gateway_process_log_has_no_warning_after_upgrades_and_refusals(
         cluster: LocalCluster, gateway: Any, gateway_env: dict[str, str], tmp_path: Path) -> None:
     """Read the log of a real gateway process as an operator would: correct
-    upgrades and refusals by the gateway or the API server are not problems
-    of the gateway, so none of them is a warning."""
-    user, workspace = await tenant_with_pod(gateway)
+    upgrades (a watch, a real exec into a running pod) and refusals by the
+    gateway or the API server are not problems of the gateway, so none of
+    them is a warning."""
+    me = await new_tenant(cluster, gateway, tmp_path)
+    user, workspace, ns = me.session, me.workspace, me.namespace
+    running = await me.run_pod("exec sleep 3600")
+    await pending_pod(user, workspace)
     _, theirs = await tenant_with_pod(gateway)
-    ns = workspace["namespace"]
     async with gateway_process(gateway, gateway_env) as replica:
         await websocket_watch(gateway, replica.base, user, workspace)
         server = server_of(gateway, workspace, replica.base)
+        await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", running, "--", "true", ok=True)
         for args in (("exec", "sleeper", "--", "true"), ("-n", theirs["namespace"], "exec", "sleeper", "--", "true")):
             await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, *args)
         await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true",
