@@ -43,6 +43,13 @@ _ID_PREFIX = secrets.token_hex(4) + "-"
 _REQUEST_NUMBERS = itertools.count(1)
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE"
 _CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
+# What a page may read beyond the CORS-safelisted headers, exactly:
+# Retry-After (when to retry a 429 or 503, the gateway's or the API server's),
+# Warning (the API server's deprecation and admission warnings, which kubectl
+# prints and a UI should show), Audit-Id (the API server's id of the request
+# in the cluster's audit log) and X-Request-Id (the gateway's id of it in its
+# own log): what a user needs to act on an answer, or to report it.
+_CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
 
 
 def _route_label(request: web.Request) -> str:
@@ -70,7 +77,7 @@ async def request_context(request: web.Request, handler: Callable[[web.Request],
 def _preflight(request: web.Request) -> web.StreamResponse:
     origin = request.headers.get("Origin", "")
     if origin not in request.app[keys.SETTINGS].cors_origins:
-        return error_response(403, "cors_origin_refused", "this origin may not call the gateway")
+        return error_response(request, 403, "cors_origin_refused", "this origin may not call the gateway")
     return web.Response(status=204, headers={
         "Access-Control-Allow-Origin": origin,
         "Access-Control-Allow-Credentials": "true",
@@ -96,6 +103,7 @@ async def _on_response_prepare(request: web.Request, response: web.StreamRespons
     if origin and origin in request.app[keys.SETTINGS].cors_origins:
         headers["Access-Control-Allow-Origin"] = origin
         headers["Access-Control-Allow-Credentials"] = "true"
+        headers["Access-Control-Expose-Headers"] = _CORS_EXPOSED
         headers.add("Vary", "Origin")
     started = request.get(keys.STARTED)
     request.app[keys.METRICS].observe_request(_route_label(request), response.status,

@@ -15,6 +15,7 @@ from proxy.auth.passwords import MAX_LENGTH, MIN_LENGTH
 routes = web.RouteTableDef()
 
 _ERROR = {"$ref": "#/components/responses/Error"}
+_KUBERNETES_ERROR = {"$ref": "#/components/responses/KubernetesError"}
 _SESSION: list[dict[str, list[str]]] = [{"bearer": []}, {"cookie": []}]
 
 
@@ -37,6 +38,14 @@ def _op(summary: str, ok: int, *, body: str | None = None, auth: bool = True, er
                                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}}}
     if params:
         operation["parameters"] = params
+    return operation
+
+
+def _k8s_errors(operation: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's own refusals on /k8s are also Kubernetes Status objects."""
+    for status, response in operation["responses"].items():
+        if response is _ERROR:
+            operation["responses"][status] = _KUBERNETES_ERROR
     return operation
 
 
@@ -83,10 +92,10 @@ DOCUMENT: dict[str, Any] = {
         "/healthz": {"get": _op("Liveness", 200, auth=False)},
         "/readyz": {"get": _op("Readiness: database and API server reachable", 200, auth=False, errors=(503,))},
         "/metrics": {"get": _op("Prometheus metrics", 200, auth=False, ok_type="text/plain")},
-        "/k8s/{workspace_id}/{path}": {method: _op(
-            "The Kubernetes API of the workspace, walled to its namespace", 200, errors=(403, 404, 502, 503),
+        "/k8s/{workspace_id}/{path}": {method: _k8s_errors(_op(
+            "The Kubernetes API of the workspace, walled to its namespace", 200, errors=(400, 403, 404, 429, 502, 503),
             params=[_path_id("workspace_id"), {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}])
-            for method in ("get", "head", "post", "put", "patch", "delete")},
+            ) for method in ("get", "head", "post", "put", "patch", "delete")},
     },
     "components": {
         "securitySchemes": {
@@ -104,9 +113,25 @@ DOCUMENT: dict[str, Any] = {
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["code", "message"],
                 "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},
+            # kubectl and the client libraries read any error body as a Status:
+            # the gateway's own errors on /k8s are one as well, with the same message.
+            "KubernetesError": {"allOf": [{"$ref": "#/components/schemas/Error"}, {
+                "type": "object", "required": ["kind", "apiVersion", "metadata", "status", "message", "reason", "code"],
+                "properties": {
+                    "kind": {"const": "Status"}, "apiVersion": {"const": "v1"}, "metadata": {"type": "object"},
+                    "status": {"const": "Failure"}, "message": {"type": "string"},
+                    "reason": {"type": "string", "description": "the Kubernetes StatusReason of the HTTP status"},
+                    "code": {"type": "integer"},
+                    "details": {"type": "object", "properties": {"retryAfterSeconds": {"type": "integer"}}}}}]},
         },
-        "responses": {"Error": {"description": "error", "content": {"application/json": {
-            "schema": {"$ref": "#/components/schemas/Error"}}}}},
+        "responses": {
+            "Error": {"description": "error", "content": {"application/json": {
+                "schema": {"$ref": "#/components/schemas/Error"}}}},
+            "KubernetesError": {"description": "a refusal by the gateway: its error and a Kubernetes Status in one "
+                                               "body (the API server's own errors are relayed as it sent them)",
+                                "content": {"application/json": {
+                                    "schema": {"$ref": "#/components/schemas/KubernetesError"}}}},
+        },
     },
 }
 

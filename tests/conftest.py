@@ -9,6 +9,7 @@ its own users, so tests share the cluster but never state.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import ssl
 import uuid
@@ -146,7 +147,9 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
                  gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
-    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app."""
+    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app.
+    `inject` adds middlewares inside the gateway's own (after its error
+    middleware): fault injection for what no real component produces on cue."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -155,10 +158,11 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, **env: str) -> Any:
+    async def make(*, kube: Any = None, inject: tuple[Any, ...] = (), **env: str) -> Any:
         merged = {**gateway_env, **env}
         settings = load_settings(merged)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
+        app.middlewares.extend(inject)
         server = TestServer(app, scheme="https")
         await server.start_server(ssl=server_context)
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(
@@ -172,6 +176,18 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 @pytest.fixture
 async def gateway(make_gateway: Callable[..., Awaitable[Any]]) -> Any:
     return await make_gateway()
+
+
+@pytest.fixture(autouse=True)
+def no_subprotocol_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """aiohttp warns when it finds no WebSocket subprotocol in common with
+    the client. The gateway answers with the one the API server chose from
+    the client's offer, so in any test such a warning is a relay bug (and it
+    quotes the offer, which may hold a bearer token)."""
+    yield
+    warned = [record.getMessage() for when in ("setup", "call") for record in caplog.get_records(when)
+              if record.name == "aiohttp.websocket" and record.levelno >= logging.WARNING]
+    assert not warned
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

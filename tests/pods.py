@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from devstack.cluster import LocalCluster
 from devstack.nodeparts import BUSYBOX_IMAGE
 from tests.gatewayclient import Session, register_and_login
+from tests.kubeclients import kubeconfig_for_proxy
 
 
 def pod_manifest(name: str, script: str, *, stdin: bool = False, tty: bool = False) -> dict[str, Any]:
@@ -77,23 +77,11 @@ class Tenant:
         return name
 
 
-def gateway_kubeconfig(folder: Path, server: str, token: str, namespace: str, ca_file: Path) -> Path:
-    path = folder / f"tenant-{uuid.uuid4().hex[:6]}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "gw", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "me", "user": {"token": token}}],
-        "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "me", "namespace": namespace}}],
-        "current-context": "gw",
-    }))
-    return path
-
-
 async def new_tenant(cluster: LocalCluster, gateway: Any, folder: Path) -> Tenant:
     session = await register_and_login(gateway)
     workspace = await session.init()
     server = str(gateway.make_url(f"/k8s/{workspace['id']}"))
-    config = gateway_kubeconfig(folder, server, session.token, workspace["namespace"], gateway.ca_file)
+    config = kubeconfig_for_proxy(folder, server, session.token, workspace["namespace"], gateway.ca_file)
     return Tenant(cluster, session, workspace, config, server)
 
 

@@ -90,10 +90,15 @@ def downstream_response_headers(upstream: MultiMapping[str]) -> CIMultiDict[str]
 _BEARER_SUBPROTOCOL = "base64url.bearer.authorization.k8s.io."
 
 
+def offered_subprotocols(incoming: MultiMapping[str]) -> tuple[str, ...]:
+    """Every subprotocol a client offered, in its order of preference."""
+    return tuple(_comma_list(incoming, "Sec-WebSocket-Protocol"))
+
+
 def websocket_subprotocols(incoming: MultiMapping[str]) -> list[str]:
-    """The subprotocols a client offered, in its order of preference, so the
-    upstream handshake can offer the same ones, less any bearer token."""
-    return [protocol for protocol in _comma_list(incoming, "Sec-WebSocket-Protocol")
+    """The subprotocols a client offered, so the upstream handshake can
+    offer the same ones, less any bearer token."""
+    return [protocol for protocol in offered_subprotocols(incoming)
             if not protocol.lower().startswith(_BEARER_SUBPROTOCOL)]
 
 

@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import WSMsgType, web
 
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
-from proxy.passthrough.headers import upstream_request_headers, websocket_subprotocols
+from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.upstream import RedirectRefused
@@ -71,8 +71,21 @@ async def _pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
             break
 
 
+def _well_formed(request: web.Request) -> bool:
+    """The client's handshake is valid (Upgrade, Connection, Version, Key).
+
+    aiohttp checks it and negotiates the subprotocol in one step
+    (`WebSocketResponse._handshake`), and logs a warning when none of the
+    client's protocols is among the response's. Here none is chosen yet (the
+    API server chooses, after this check), so the check is given the
+    client's own list and finds a match. Given an empty list, it warned on
+    every correct upgrade, quoting the offered protocols, which may hold a
+    `base64url.bearer.authorization.k8s.io.` token."""
+    return web.WebSocketResponse(protocols=offered_subprotocols(request.headers)).can_prepare(request).ok
+
+
 async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamResponse:
-    if not web.WebSocketResponse().can_prepare(request).ok:
+    if not _well_formed(request):
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")

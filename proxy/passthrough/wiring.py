@@ -20,6 +20,7 @@ from provisioning.errors import BadRequest, Forbidden, NotFound
 from provisioning.kube.tokens import request_token
 from provisioning.models import IssuedToken
 from proxy import keys
+from proxy.errors import KUBERNETES_PREFIX
 from proxy.passthrough.headers import is_spdy_upgrade
 from proxy.passthrough.relaying import relay_http, relay_namespace_list
 from proxy.passthrough.routing import classify
@@ -32,7 +33,17 @@ from proxy.routes.common import client_ip, principal, public_origin, uuid_from
 from proxy.token_cache import TenantTokenCache, TokenKey
 
 PASSTHROUGH = web.AppKey("passthrough", Passthrough)
-PREFIX = "/k8s/"
+# What kubectl prints for a SPDY exec, attach, cp or port-forward. kubectl
+# also falls back to SPDY when its WebSocket upgrade is refused (by the API
+# server: the first refusal, seen only at -v=4); so the message says both.
+SPDY_REFUSED = (
+    "the gateway relays exec, attach, cp and port-forward over WebSocket only, not SPDY. "
+    "kubectl uses WebSockets by default from 1.30 (exec, attach, cp) and 1.31 (port-forward); "
+    "otherwise set KUBECTL_REMOTE_COMMAND_WEBSOCKETS=true (exec, attach, cp) and "
+    "KUBECTL_PORT_FORWARD_WEBSOCKETS=true (port-forward). If they are set, kubectl fell back to SPDY "
+    "because its WebSocket upgrade failed: run it with -v=4 to see why"
+)
+PREFIX = KUBERNETES_PREFIX
 
 
 def _raw_tail(request: web.Request, workspace_segment: str) -> tuple[str, str]:
@@ -71,8 +82,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path,
                     lambda: client_ip(request))
     if is_spdy_upgrade(request.headers):
-        raise BadRequest("SPDY upgrades are not supported; use a client that speaks WebSocket "
-                         "(kubectl 1.30+ does for exec, attach and port-forward)", code="spdy_not_supported")
+        raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
     if decision.action == "own_namespace_list":  # answered here, never an upgrade
         return await relay_namespace_list(request, ticket)
     if request.headers.get("Upgrade", "").lower() == "websocket":

@@ -224,6 +224,31 @@ async def test_cors_allows_exact_origins_only(make_gateway: Any) -> None:
     assert "Access-Control-Allow-Origin" not in plain.headers
 
 
+async def test_an_allowed_origin_may_read_retry_after_and_the_ids_to_report(make_gateway: Any) -> None:
+    """A page on an allowed origin sees only CORS-safelisted headers unless
+    they are exposed: without Retry-After it cannot tell when to retry a
+    429. The list is exact; other origins get no CORS headers at all."""
+    client = await make_gateway(GATEWAY_CORS_ORIGINS="https://ui.example.test", GATEWAY_RATE_LOGIN="2/3600")
+    exposed = {"Retry-After", "Warning", "Audit-Id", "X-Request-Id"}
+    origin = {"Origin": "https://ui.example.test"}
+    user = await register_and_login(client)  # the first of two logins this address may make
+    workspace = await user.init()
+    # A relayed answer from the API server: its own Audit-Id, readable by the page.
+    relayed = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps",
+                              headers=origin)
+    wrong = {"email": unique_email(), "password": "not the password at all"}
+    first = await client.post("/api/v1/auth/login", json=wrong, headers=origin)
+    limited = await client.post("/api/v1/auth/login", json=wrong, headers=origin)
+    assert (relayed.status, first.status, limited.status) == (200, 401, 429)
+    assert int(limited.headers["Retry-After"]) > 0 and relayed.headers["Audit-Id"]
+    for answer in (relayed, first, limited):
+        assert answer.headers["Access-Control-Allow-Origin"] == "https://ui.example.test"
+        assert {h.strip() for h in answer.headers["Access-Control-Expose-Headers"].split(",")} == exposed
+    elsewhere = await client.post("/api/v1/auth/login", json=wrong, headers={"Origin": "https://evil.example.test"})
+    assert elsewhere.status == 429 and not {"Access-Control-Allow-Origin", "Access-Control-Expose-Headers"} & set(
+        elsewhere.headers)
+
+
 async def test_suspending_a_user_ends_their_sessions_at_once(gateway: Any, database_url: str) -> None:
     user = await register_and_login(gateway)
     workspace = await user.init()

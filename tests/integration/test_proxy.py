@@ -8,12 +8,8 @@ import base64
 import gc
 import gzip
 import json
-import os
 import re
-import socket
-import ssl
 import subprocess
-import sys
 import time
 import uuid
 import weakref
@@ -23,7 +19,6 @@ from typing import Any, AsyncIterator
 import aiohttp
 import asyncpg
 import pytest
-import yaml
 from kubernetes import client as k8s, watch
 from yarl import URL
 
@@ -32,6 +27,8 @@ from provisioning.events import LISTENER_APPLICATION_NAME
 from proxy.passthrough import http1
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
+from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
+from tests.replicas import gateway_process, tls_session
 
 pytestmark = pytest.mark.cluster
 
@@ -55,23 +52,6 @@ def metric(text: str, name: str) -> float:
 
 async def metrics_text(gateway: Any) -> str:
     return str(await (await gateway.get("/metrics")).text())
-
-
-def kubeconfig_for_proxy(tmp_path: Path, server: str, token: str, namespace: str, ca_file: Path) -> Path:
-    path = tmp_path / f"proxy-{uuid.uuid4().hex[:6]}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "gw", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "me", "user": {"token": token}}],
-        "contexts": [{"name": "gw", "context": {"cluster": "gw", "user": "me", "namespace": namespace}}],
-        "current-context": "gw",
-    }))
-    return path
-
-
-def kubectl(cluster: LocalCluster, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(cluster.kubectl), f"--kubeconfig={kubeconfig}", "--request-timeout=15s", *args],
-                          capture_output=True, text=True, timeout=60)
 
 
 async def test_kubectl_through_the_proxy(cluster: LocalCluster, gateway: Any, tmp_path: Path,
@@ -108,11 +88,7 @@ async def test_kubectl_through_the_proxy(cluster: LocalCluster, gateway: Any, tm
 async def test_official_python_client_and_watch(cluster: LocalCluster, gateway: Any) -> None:
     user, workspace = await tenant(gateway)
     ns = workspace["namespace"]
-    configuration = k8s.Configuration()
-    configuration.host = proxy_url(gateway, workspace)
-    configuration.api_key = {"authorization": f"Bearer {user.token}"}
-    configuration.ssl_ca_cert = str(gateway.ca_file)
-    core = k8s.CoreV1Api(k8s.ApiClient(configuration))
+    core = k8s.CoreV1Api(through_gateway(proxy_url(gateway, workspace), user.token, gateway.ca_file))
 
     seen: list[tuple[str, float]] = []
 
@@ -243,12 +219,6 @@ async def test_someone_elses_workspace_is_not_found(gateway: Any) -> None:
         assert anonymous.status == 401
 
 
-def tls_session(gateway: Any, **kwargs: Any) -> aiohttp.ClientSession:
-    """A client session of our own that trusts the test gateway's CA."""
-    context = ssl.create_default_context(cafile=str(gateway.ca_file))
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context), **kwargs)
-
-
 async def open_watch(gateway: Any, user: Session, workspace: dict[str, Any], base: str | None = None) -> aiohttp.ClientResponse:
     path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=true"
     session = tls_session(gateway, timeout=aiohttp.ClientTimeout(total=None))
@@ -314,46 +284,19 @@ async def test_losing_the_event_listener_cuts_open_streams(gateway: Any, databas
     assert again.status == 200
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 REPLICAS: dict[str, subprocess.Popen[bytes]] = {}
 
 
 @pytest.fixture
 async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIterator[str]:
     """Another gateway process on the same database: a second replica."""
-    port = _free_port()
-    env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
-           "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
-           "GATEWAY_TLS_KEY_FILE": str(gateway.ca_file.with_name("gateway.key"))}
-    process = subprocess.Popen([str(Path(sys.executable).with_name("tenant-gateway")), "serve"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"https://127.0.0.1:{port}"
-    try:
-        async with tls_session(gateway) as probe:
-            for _ in range(100):
-                try:
-                    async with probe.get(base + "/readyz") as ready:
-                        if ready.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.2)
-            else:
-                raise AssertionError("second gateway did not start")
-        REPLICAS[base] = process
-        yield base
-    finally:
-        REPLICAS.pop(base, None)
-        process.terminate()
-        process.wait(timeout=15)
-        assert process.stderr is not None
-        logged = process.stderr.read().decode()
-        assert SESSION_SECRET not in logged
+    async with gateway_process(gateway, gateway_env) as replica:
+        REPLICAS[replica.base] = replica.process
+        try:
+            yield replica.base
+        finally:
+            REPLICAS.pop(replica.base, None)
+    assert SESSION_SECRET not in replica.log
 
 
 async def test_suspend_on_one_replica_cuts_a_watch_on_another(gateway: Any, second_gateway: str,
