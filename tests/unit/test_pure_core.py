@@ -35,6 +35,10 @@ def test_settings_defaults_follow_the_contract() -> None:
     assert settings.dev_mode and settings.token_ttl_seconds == 7200
     assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi"}
     assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
+    # Under the deployment's terminationGracePeriodSeconds (30) minus its preStop delay (5).
+    assert (settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds) == (5.0, 20.0)
+    tuned = load_settings({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "1.5", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "4"})
+    assert (tuned.shutdown_drain_seconds, tuned.shutdown_timeout_seconds) == (1.5, 4.0)
 
 
 @pytest.mark.parametrize("env, words", [
@@ -52,6 +56,10 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_PUBLIC_SERVER": "http://api"}, "https://"),
     ({"GATEWAY_RATE_INIT": "lots"}, "COUNT/SECONDS"),
     ({"GATEWAY_TLS_CERT_FILE": "/c"}, "go together"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "soon"}, "number of seconds"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "0"}, "more than 0"),
+    ({"GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "5.5"}, "by at least 1 s"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "30", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "30"}, "by at least 1 s"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
     with pytest.raises(SettingsError) as refused:
