@@ -268,3 +268,20 @@ def test_the_kube_client_loads_without_generated_models() -> None:
              "c.k8s_client.ApiClient.__name__)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "ApiClient"]
+
+
+def test_deployment_stops_within_its_grace_period() -> None:
+    """The gateway's own bound plus the preStop delay fit in terminationGracePeriodSeconds,
+    so a rolling restart never ends in the kubelet's SIGKILL."""
+    from pathlib import Path
+
+    import yaml
+
+    deployment = yaml.safe_load((Path(__file__).parents[2] / "deploy/kubernetes/deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    settings = load_settings(env)
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pre_stop > 0 and settings.shutdown_drain_seconds < settings.shutdown_timeout_seconds
+    assert pre_stop + settings.shutdown_timeout_seconds < pod["terminationGracePeriodSeconds"]
