@@ -15,6 +15,7 @@ kubeconfig is returned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from provisioning.background import cancel_and_wait
@@ -32,6 +33,7 @@ class AuditWriter:
         self._interval = interval
         self._queue: asyncio.Queue[AuditEvent] = asyncio.Queue(maxsize=max_queue)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def enqueue(self, event: AuditEvent) -> None:
         try:
@@ -47,7 +49,11 @@ class AuditWriter:
         `timeout`; rows the database did not take by then are logged whole."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        await cancel_and_wait(self._task, timeout)
+        # Let a batch being written finish rather than cancel it half-way
+        # (it would be queued again and written twice).
+        self._stopping.set()
+        if self._task is not None and not (await asyncio.wait({self._task}, timeout=timeout))[0]:
+            await cancel_and_wait(self._task, max(0.1, deadline - loop.time()))
         while not self._queue.empty():
             left = deadline - loop.time()
             if left <= 0:
@@ -85,8 +91,11 @@ class AuditWriter:
             raise
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval)
+            if self._stopping.is_set():
+                return  # stop() writes the rest
             try:
                 await self.flush()
             except DatabaseUnavailable:

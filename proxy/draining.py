@@ -16,6 +16,7 @@ a pod that is stopping is not a dead pod.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Awaitable, Callable
 
@@ -23,6 +24,8 @@ from aiohttp import web
 
 from proxy.errors import error_response
 
+# Requests cancelled at the end of the drain get this long to send their 503.
+_OVERDUE_SECONDS = 0.5
 # Still answered while draining.
 _ALWAYS = frozenset({"/healthz", "/metrics"})
 
@@ -34,6 +37,8 @@ class Drain:
         self.timeout_seconds = timeout_seconds
         self._clock = clock
         self._in_flight = 0
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()
         self._idle.set()
         self.started_at: float | None = None
@@ -57,23 +62,35 @@ class Drain:
         return max(0.0, self.started_at + self.timeout_seconds - self._clock())
 
     async def wait_idle(self) -> bool:
-        """Wait for the requests in flight, for at most the drain time; True if all finished."""
+        """Wait for the requests in flight, for at most the drain time; True if
+        all finished. Those still running are then cancelled, and each answers
+        503 `shutting_down` if it had not begun its answer yet: a clear error
+        rather than a connection cut when the server closes."""
         try:
             await asyncio.wait_for(self._idle.wait(), self.drain_seconds)
             return True
         except asyncio.TimeoutError:
-            return False
+            pass
+        for task in list(self._tasks):
+            self._overdue.add(task)
+            task.cancel("the drain time is up")
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), _OVERDUE_SECONDS)
+        return False
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
-    def _enter(self) -> None:
+    def _enter(self, task: "asyncio.Task[object]") -> None:
         self._in_flight += 1
+        self._tasks.add(task)
         self._idle.clear()
 
-    def _leave(self) -> None:
+    def _leave(self, task: "asyncio.Task[object]") -> None:
         self._in_flight -= 1
+        self._tasks.discard(task)
+        self._overdue.discard(task)
         if self._in_flight == 0:
             self._idle.set()
 
@@ -84,10 +101,18 @@ class Drain:
             if self.draining and request.path not in _ALWAYS:
                 return error_response(503, "shutting_down", "this gateway replica is shutting down; retry",
                                       {"Connection": "close", "Retry-After": "1"})
-            self._enter()
+            task = asyncio.current_task()
+            assert task is not None
+            self._enter(task)
             try:
                 return await handler(request)
+            except asyncio.CancelledError:
+                if task not in self._overdue or request.writer.output_size:
+                    raise  # not ours to answer, or the answer has begun: only a cut is left
+                task.uncancel()
+                return error_response(503, "shutting_down", "this gateway replica stopped before the request "
+                                      "finished; it may or may not have taken effect", {"Connection": "close"})
             finally:
-                self._leave()
+                self._leave(task)
 
         return drain
