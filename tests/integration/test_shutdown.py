@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
@@ -50,7 +53,7 @@ class Replica:
     sessions: list[aiohttp.ClientSession] = field(default_factory=list)
 
     def session(self, **kwargs: Any) -> aiohttp.ClientSession:
-        context = __import__("ssl").create_default_context(cafile=str(self.ca_file))
+        context = ssl.create_default_context(cafile=str(self.ca_file))
         made = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context),
                                      timeout=aiohttp.ClientTimeout(total=None), **kwargs)
         self.sessions.append(made)
@@ -153,10 +156,9 @@ async def proxied_writes(database_url: str, workspace_id: str) -> list[dict[str,
     connection = await asyncpg.connect(database_url)
     try:
         rows = await connection.fetch("SELECT details FROM audit_logs WHERE action = 'ProxyWrite' AND workspace_id = $1",
-                                      __import__("uuid").UUID(workspace_id))
+                                      uuid.UUID(workspace_id))
     finally:
         await connection.close()
-    import json
     return [json.loads(r["details"]) for r in rows]
 
 
@@ -190,6 +192,16 @@ class Trickle:
     def release(self) -> None:
         self.released.set()
 
+    async def post(self, replica: Replica, user: Session, workspace: dict[str, Any],
+                   already_open: int = 0) -> "asyncio.Task[aiohttp.ClientResponse]":
+        """Create the ConfigMap with this body; return once the replica is handling it."""
+        writer = replica.session()
+        in_flight = asyncio.create_task(writer.post(replica.base + configmaps(workspace), data=self.body(),
+                                                    headers={**user.bearer, "Content-Type": "application/json"}))
+        await self.started.wait()
+        await until_in_flight(replica, already_open + 1)
+        return in_flight
+
 
 async def test_sigterm_with_the_database_up_drains_ends_streams_cleanly_and_keeps_audit_rows(
         gateway: Any, start_replica: Any, database_url: str) -> None:
@@ -198,11 +210,7 @@ async def test_sigterm_with_the_database_up_drains_ends_streams_cleanly_and_keep
     watch = await open_watch(replica, user, workspace)
     ws = await open_websocket_watch(replica, user, workspace)
     trickle = Trickle("in-flight")
-    writer = replica.session()
-    in_flight = asyncio.create_task(writer.post(replica.base + configmaps(workspace), data=trickle.body(),
-                                                headers={**user.bearer, "Content-Type": "application/json"}))
-    await trickle.started.wait()
-    await until_in_flight(replica, 3)  # the watch, the WebSocket and the write
+    in_flight = await trickle.post(replica, user, workspace, already_open=2)  # the watch and the WebSocket
 
     replica.signal()
     await replica.until_draining()
@@ -229,11 +237,7 @@ async def test_a_request_still_running_after_the_drain_gets_a_503_not_a_reset(
     user, workspace = await tenant(gateway)
     replica = await start_replica()
     trickle = Trickle("never-finished")
-    writer = replica.session()
-    in_flight = asyncio.create_task(writer.post(replica.base + configmaps(workspace), data=trickle.body(),
-                                                headers={**user.bearer, "Content-Type": "application/json"}))
-    await trickle.started.wait()
-    await until_in_flight(replica, 1)
+    in_flight = await trickle.post(replica, user, workspace)
     replica.signal()
     answer = await in_flight  # never released: the drain time runs out
     assert answer.status == 503 and (await answer.json())["error"]["code"] == "shutting_down"
@@ -244,11 +248,7 @@ async def test_a_second_signal_exits_at_once(gateway: Any, start_replica: Any) -
     user, workspace = await tenant(gateway)
     replica = await start_replica()
     trickle = Trickle("held")
-    writer = replica.session()
-    in_flight = asyncio.create_task(writer.post(replica.base + configmaps(workspace), data=trickle.body(),
-                                                headers={**user.bearer, "Content-Type": "application/json"}))
-    await trickle.started.wait()
-    await until_in_flight(replica, 1)
+    in_flight = await trickle.post(replica, user, workspace)
     replica.signal(signal.SIGTERM)
     await replica.until_draining()  # the first signal is being handled; the drain holds for the request
     replica.signal(signal.SIGINT)
