@@ -4,7 +4,10 @@ Proxied writes and exec/attach/port-forward sessions are recorded with the
 human behind them (the cluster's own audit log only sees the tenant
 ServiceAccount). Waiting for a row per request would put a database round
 trip on the proxy's hot path, so rows are queued and written in batches a few
-times a second, retried while the database is away, and flushed on shutdown.
+times a second, retried while the database is away, and flushed on shutdown:
+retried until the shutdown's bound, so a database that is restarting still
+gets them. A row the database never took is written to the log, whole, as
+the record of last resort: an accepted row is never dropped silently.
 Rows that must exist before what they record may happen (a credential
 issued, an exec session opened) do not wait for a batch: `write_now`
 commits them, and a database that will not take them fails the request.
@@ -13,6 +16,7 @@ commits them, and a database that will not take them fails the request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 from provisioning.background import cancel_and_wait
@@ -30,6 +34,7 @@ class AuditWriter:
         self._interval = interval
         self._queue: asyncio.Queue[AuditEvent] = asyncio.Queue(maxsize=max_queue)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def enqueue(self, event: AuditEvent) -> None:
         try:
@@ -44,15 +49,36 @@ class AuditWriter:
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-audit")
 
-    async def stop(self) -> None:
-        """Stop the writer and write what is queued; rows the database will
-        not take now are reported, not silently dropped."""
-        await cancel_and_wait(self._task)
-        try:
-            while not self._queue.empty():
-                await self.flush()
-        except Exception:
-            log.error("audit rows not written at shutdown", exc_info=True, extra={"queued": self._queue.qsize()})
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop the writer and write what is queued, retrying for up to
+        `timeout`; rows the database did not take by then are logged whole."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        # Let a batch being written finish rather than cancel it half-way
+        # (it would be queued again and written twice).
+        self._stopping.set()
+        if self._task is not None and not (await asyncio.wait({self._task}, timeout=timeout))[0]:
+            await cancel_and_wait(self._task, max(0.1, deadline - loop.time()))
+        while not self._queue.empty():
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait_for(self.flush(), left)
+            except (DatabaseUnavailable, asyncio.TimeoutError):
+                await asyncio.sleep(min(self._interval, max(0.0, deadline - loop.time())))
+            except Exception:
+                log.exception("an audit batch could not be written at shutdown", extra={"queued": self._queue.qsize()})
+                break
+        self._log_unwritten()
+
+    def _log_unwritten(self) -> None:
+        while not self._queue.empty():
+            event = self._queue.get_nowait()
+            log.error("audit row not written (database unavailable at shutdown); recorded here instead",
+                      extra={"audit": {"action": event.action, "user_id": event.user_id,
+                                       "workspace_id": event.workspace_id, "ip_address": event.ip_address,
+                                       "details": event.details}})
 
     async def flush(self) -> None:
         batch: list[AuditEvent] = []
@@ -62,14 +88,19 @@ class AuditWriter:
             return
         try:
             await repo.record_audit_batch(self._db, batch)
-        except DatabaseUnavailable:
-            for event in batch:  # keep them for the next round
+        except (DatabaseUnavailable, asyncio.CancelledError):
+            # Kept for the next round. A batch cut off by a shutdown deadline
+            # may be written twice; that beats losing it.
+            for event in batch:
                 self.enqueue(event)
             raise
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
+        while not self._stopping.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self._interval)
+            if self._stopping.is_set():
+                return  # stop() writes the rest
             try:
                 await self.flush()
             except DatabaseUnavailable:

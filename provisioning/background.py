@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
+
+log = logging.getLogger(__name__)
+
+# How often a task that swallowed its cancellation is cancelled again.
+_RECANCEL_SECONDS = 0.1
 
 
-async def cancel_and_wait(task: "asyncio.Task[None] | None") -> None:
-    """Cancel a component's task and wait until it has really finished."""
+async def cancel_and_wait(task: "asyncio.Task[None] | None", timeout: float | None = None) -> bool:
+    """Cancel a component's task and wait until it has really finished.
+
+    A library call can swallow one cancellation (Python 3.11's
+    `asyncio.wait_for` returns its inner result when both arrive together), so
+    the task is cancelled again until it ends. With `timeout`, gives up after
+    that long and returns False: a stop must never outlast the shutdown bound.
+    """
     if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+        return True
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while not task.done():
+        task.cancel()
+        wait = _RECANCEL_SECONDS if deadline is None else min(_RECANCEL_SECONDS, deadline - loop.time())
+        if wait <= 0:
+            return False
+        await asyncio.wait({task}, timeout=wait)
+    if not task.cancelled() and task.exception() is not None:
+        # It failed before it could be stopped; the stop itself still succeeds.
+        log.error("background task %s had failed", task.get_name(), exc_info=task.exception())
+    return True

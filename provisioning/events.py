@@ -42,6 +42,7 @@ class EventListener:
         self._task: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
         self._generation = 0  # events and resets so far
+        self._stopping = False
         self.connected = False
 
     @property
@@ -62,8 +63,11 @@ class EventListener:
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-events")
 
-    async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Bounded: the reconnect loop also checks `_stopping`, so a
+        cancellation swallowed inside asyncpg cannot keep it retrying."""
+        self._stopping = True
+        await cancel_and_wait(self._task, timeout)
         await self._close()
 
     async def _close(self) -> None:
@@ -71,7 +75,7 @@ class EventListener:
         if self._connection is not None and not self._connection.is_closed():
             try:
                 await asyncio.wait_for(self._connection.close(), timeout=2)
-            except (OSError, asyncio.TimeoutError, asyncpg.PostgresError):
+            except Exception:  # a timeout, a dead socket: cut it
                 self._connection.terminate()
         self._connection = None
 
@@ -81,7 +85,7 @@ class EventListener:
             hook()
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 self._lost.clear()
                 self._connection = await asyncpg.connect(self._dsn, timeout=5, server_settings={

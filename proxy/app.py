@@ -3,7 +3,10 @@
 `create_app` registers routes and middlewares and owns every long-lived
 resource through `cleanup_ctx` (database pool, event listener, the gateway's
 Kubernetes client, the pass-through upstream, the heap trimmer), so start-up
-and shutdown order are explicit and tests build the very same app.
+and shutdown order are explicit and tests build the very same app. Each
+cleanup step is bounded by what is left of the stop's deadline
+(proxy.draining), so a database or API server that is gone cannot hold the
+process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from proxy import keys, logs
 from proxy.auth.authenticating import Authenticator
+from proxy.draining import Drain
 from proxy.errors import error_middleware, error_response
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
@@ -120,8 +124,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                kube: KubeClient | None = None) -> web.Application:
     """`kube` replaces the gateway's client: tests use it to inject faults a
     real API server cannot be made to produce on cue."""
-    app = web.Application(middlewares=[request_context, error_middleware], client_max_size=settings.max_body_bytes)
+    drain = Drain(settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds)
+    app = web.Application(middlewares=[drain.middleware(), request_context, error_middleware],
+                          client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
+    app[keys.DRAIN] = drain
     app[keys.METRICS] = Metrics()
     app.on_response_prepare.append(_on_response_prepare)
 
@@ -136,8 +143,9 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events)
         await events.start()
         yield
-        await events.stop()
-        await db.close()
+        # Last to stop: everything before may still write (queued audit rows).
+        await events.stop(timeout=min(2.0, drain.remaining() / 2))
+        await db.close(timeout=max(0.2, drain.remaining() - 0.5))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
         client = kube or await KubeClient.from_kubeconfig(settings.kubeconfig)

@@ -12,8 +12,6 @@ import ssl
 import sys
 from typing import NoReturn, Sequence
 
-from aiohttp import web
-
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database, start_embedded_postgres
@@ -24,6 +22,7 @@ from provisioning.secrets import Secret
 from proxy.app import create_app, handler_args
 from proxy.auth import passwords
 from proxy.logs import configure_logging
+from proxy.serving import serve
 from proxy.settings import Settings, SettingsError, settings_from_environment
 
 log = logging.getLogger("tenant_gateway")
@@ -165,10 +164,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if settings.tls_cert_file and settings.tls_key_file:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
-    log.info("serving", extra={"listen": f"{settings.listen_host}:{settings.listen_port}", "tls": tls is not None})
-    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, ssl_context=tls,
-                shutdown_timeout=10, handle_signals=True, handler_cancellation=True, **handler_args())
-    return 0
+    return asyncio.run(serve(app, settings, tls, handler_args()))
 
 
 def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from proxy.auth.authenticating import Authenticator, Principal
+from proxy.draining import Drain
 from proxy.metrics import Metrics
 from proxy.settings import Settings
 
@@ -17,6 +18,8 @@ DATABASE = web.AppKey("database", Database)
 KUBE = web.AppKey("kube", KubeClient)
 EVENTS = web.AppKey("events", EventListener)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+DRAIN = web.AppKey("drain", Drain)
+"""The graceful stop's state and deadline (proxy.draining)."""
 PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)
 """The CA written into issued kubeconfigs: GATEWAY_PUBLIC_CA_FILE, else the credential's."""
 

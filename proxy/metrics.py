@@ -29,6 +29,9 @@ class Metrics:
         self.suspensions = Counter("tenant_gateway_suspensions", "Workspaces suspended", registry=r)
         self.rate_limited = Counter("tenant_gateway_rate_limited", "Requests refused by a rate limit, by limit",
                                     ["limit"], registry=r)
+        self.requests_in_flight = Gauge("tenant_gateway_requests_in_flight",
+                                        "Requests being handled at scrape time, this scrape included "
+                                        "(what a stop would drain)", registry=r)
         self.loop_tasks = Gauge("tenant_gateway_event_loop_tasks",
                                 "asyncio tasks alive at scrape time (leak detector for soaks)", registry=r)
         self.database_checkouts = Counter(

@@ -86,6 +86,13 @@ class Settings:
     """Tokens the proxy caches live an hour: long enough to amortise, short enough to age out."""
     max_body_bytes: int = 3 * 1024 * 1024
     """Kubernetes itself refuses objects over ~3 MiB (etcd's limit)."""
+    shutdown_drain_seconds: float = 5.0
+    """After SIGTERM, short requests in flight get this long to finish: a LIST
+    or a write answers in well under a second; a few seconds covers a slow one."""
+    shutdown_timeout_seconds: float = 20.0
+    """The whole stop, drain included, ends within this: under the deployment's
+    terminationGracePeriodSeconds (30) minus its preStop delay (5), so the
+    kubelet never has to SIGKILL what is still in flight."""
 
     @property
     def dev_mode(self) -> bool:
@@ -105,6 +112,7 @@ _KEYS = (
     "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
     "GATEWAY_REGISTRATION", "GATEWAY_RATE_INIT", "GATEWAY_RATE_LOGIN", "GATEWAY_RATE_REGISTER",
     "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE",
+    "GATEWAY_SHUTDOWN_DRAIN_SECONDS", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS",
 )
 
 
@@ -221,7 +229,31 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
                       ("GATEWAY_RATE_REGISTER", "rate_register")):
         if key in values:
             kwargs[name] = RateLimit.parse(key, values[key])
+    kwargs.update(_shutdown(values))
     return Settings(**kwargs)
+
+
+def _seconds(key: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{key} must be a number of seconds") from None
+    if not 0 < value < 3600:
+        raise SettingsError(f"{key} must be more than 0 and less than 3600 seconds")
+    return value
+
+
+def _shutdown(values: Mapping[str, str]) -> dict[str, float]:
+    """The drain must leave time to close the database and write queued audit rows."""
+    found = {name: _seconds(key, values[key]) for key, name in (
+        ("GATEWAY_SHUTDOWN_DRAIN_SECONDS", "shutdown_drain_seconds"),
+        ("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds")) if key in values}
+    drain = found.get("shutdown_drain_seconds", Settings.shutdown_drain_seconds)
+    total = found.get("shutdown_timeout_seconds", Settings.shutdown_timeout_seconds)
+    if drain + 1 > total:
+        raise SettingsError("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS must exceed GATEWAY_SHUTDOWN_DRAIN_SECONDS "
+                            "by at least 1 s (the rest of the stop needs it)")
+    return found
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> Settings:

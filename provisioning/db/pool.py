@@ -16,6 +16,7 @@ reused.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import warnings
 from pathlib import Path
@@ -85,8 +86,14 @@ class Database:
             raise DatabaseUnavailable() from error
         return cls(pool, on_checkout)
 
-    async def close(self) -> None:
-        await self.pool.close()
+    async def close(self, timeout: float = _COMMAND_TIMEOUT) -> None:
+        """Close gracefully, but never for longer than `timeout`: a server that
+        vanished without closing its sockets never answers the goodbye, and
+        asyncpg would wait for it (then raise). Whatever is left is cut."""
+        try:
+            await asyncio.wait_for(self.pool.close(), timeout)
+        except Exception:  # a timeout included
+            self.pool.terminate()
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:

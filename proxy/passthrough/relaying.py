@@ -11,6 +11,7 @@ already been streamed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -18,7 +19,9 @@ from aiohttp import web
 
 from provisioning.errors import BadRequest, ClusterUnavailable, UpstreamError
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
+from proxy.passthrough.framing import EventBoundary
 from proxy.passthrough.http1 import Answer, UpstreamProtocolError
+from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.upstream import SHORT_SECONDS
 
@@ -81,8 +84,8 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
         response = kind(status=upstream.status, reason=upstream.reason,
                         headers=downstream_response_headers(upstream.headers))
         if ticket.decision.long_running:
-            with ticket.passthrough.streams.track(ticket.workspace.id):
-                await _stream(request, response, upstream)
+            with ticket.passthrough.streams.track(ticket.workspace.id) as stream:
+                await _stream(request, response, upstream, stream)
         else:
             await _stream(request, response, upstream)
     finally:
@@ -90,19 +93,52 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
     return response
 
 
-async def _stream(request: web.Request, response: web.StreamResponse, upstream: Answer) -> None:
+async def _stream(request: web.Request, response: web.StreamResponse, upstream: Answer,
+                  stream: Stream | None = None) -> None:
+    """Relay the body. A long-running answer (`stream`) asked to end by a
+    shutdown stops after a whole event and ends its body cleanly."""
     await response.prepare(request)
+    # Only a stream needs to know where its events end (ordinary answers stay lean).
+    boundary = EventBoundary(upstream.headers.get("Content-Type", "")) if stream is not None else None
     try:
         while chunk := await upstream.read_chunk():
+            if boundary is not None:
+                boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
             await response.write(chunk)
-    except (OSError, TimeoutError, UpstreamProtocolError):
-        # The API server's answer broke off (a restart, the short request's
-        # deadline) or the client left. Break ours off as well: a clean end
-        # would hand the client a truncated LIST as if it were complete.
-        if request.transport is not None:
-            request.transport.close()
+    except asyncio.CancelledError:
+        if stream is None or boundary is None or not stream.take_end():
+            raise
+        await _end_after_event(request, response, upstream, boundary)
+        return
+    except _BROKEN:
+        _break_off(request)
         return
     await response.write_eof()
+
+
+async def _end_after_event(request: web.Request, response: web.StreamResponse, upstream: Answer,
+                           boundary: EventBoundary) -> None:
+    """Finish the event in flight (it is already arriving), then end the body
+    as the API server ends a watch: the chunked encoding's last chunk."""
+    try:
+        while not boundary.at_boundary and (chunk := await upstream.read_chunk()):
+            boundary.feed(chunk)
+            await response.write(chunk)
+        await response.write_eof()
+    except _BROKEN:
+        _break_off(request)
+
+
+# The API server's answer broke off (a restart, the short request's deadline)
+# or the client left.
+_BROKEN = (OSError, TimeoutError, UpstreamProtocolError)
+
+
+def _break_off(request: web.Request) -> None:
+    """Break our answer off as well: a clean end would hand the client a
+    truncated LIST as if it were complete."""
+    if request.transport is not None:
+        request.transport.close()
 
 
 def own_namespace_list(namespace_object: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
 from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
@@ -24,6 +24,10 @@ from proxy.passthrough.upstream import RedirectRefused
 
 # Exec output can be large; the API server bounds it, not us.
 _MAX_MESSAGE = 16 * 1024 * 1024
+# Sent with close code 1001 when the gateway stops: the client may reconnect at once.
+GOING_AWAY_REASON = b"the gateway is shutting down; reconnect"
+# A client that never answers our close frame is not waited for longer than this.
+_CLOSE_SECONDS = 2.0
 
 
 class UpgradeRefused(GatewayError):
@@ -104,19 +108,25 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
     if not ticket.decision.is_exec:
         ticket.audit_write(101)
     client = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
-                                   autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=False)
-    with ticket.passthrough.streams.track(ticket.workspace.id):
+                                   autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=False,
+                                   timeout=_CLOSE_SECONDS)
+    with ticket.passthrough.streams.track(ticket.workspace.id) as stream:
+        code, message = WSCloseCode.OK, b""
         try:
             await client.prepare(request)
             down = asyncio.create_task(_pump(upstream, client))
             up = asyncio.create_task(_pump(client, upstream))
             try:
                 await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                if not stream.take_end():
+                    raise
+                code, message = WSCloseCode.GOING_AWAY, GOING_AWAY_REASON
             finally:
                 for task in (down, up):
                     task.cancel()
                 await asyncio.gather(down, up, return_exceptions=True)
         finally:
             await upstream.close()
-            await client.close()
+            await client.close(code=code, message=message)
     return client

@@ -116,17 +116,21 @@ def setup_passthrough(app: web.Application) -> None:
         audit = AuditWriter(app[keys.DATABASE])
         await audit.start()
         app[PASSTHROUGH] = Passthrough(upstream, tokens, streams, directory, audit, metrics)
+        app[keys.DRAIN].on_begin.append(streams.end_all)
         yield
-        streams.cut_all()
+        streams.cut_all()  # anything still open after the drain
         await tokens.aclose()
-        await audit.stop()
+        # Most of what is left of the stop: a database that is restarting still gets the rows.
+        await audit.stop(timeout=max(0.5, app[keys.DRAIN].remaining() - 2.0))
         await upstream.close()
 
     async def end_streams(app: web.Application) -> None:
         """Shutdown: ordinary requests get the drain timeout to finish, but a
-        watch or exec never finishes by itself; clients reconnect elsewhere."""
+        watch or exec never finishes by itself: it is ended cleanly (a whole
+        last event, then the end of the body; a WebSocket close 1001) and its
+        client reconnects elsewhere. `serve` has done this already, at SIGTERM."""
         if PASSTHROUGH in app:
-            app[PASSTHROUGH].streams.cut_all()
+            app[PASSTHROUGH].streams.end_all()
 
     app.cleanup_ctx.append(passthrough)
     app.on_shutdown.append(end_streams)

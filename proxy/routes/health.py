@@ -33,5 +33,6 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     metrics = request.app[keys.METRICS]
     metrics.loop_tasks.set(len(asyncio.all_tasks()))
+    metrics.requests_in_flight.set(request.app[keys.DRAIN].in_flight)
     body = metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

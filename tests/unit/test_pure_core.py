@@ -35,6 +35,10 @@ def test_settings_defaults_follow_the_contract() -> None:
     assert settings.dev_mode and settings.token_ttl_seconds == 7200
     assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi"}
     assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
+    # Under the deployment's terminationGracePeriodSeconds (30) minus its preStop delay (5).
+    assert (settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds) == (5.0, 20.0)
+    tuned = load_settings({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "1.5", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "4"})
+    assert (tuned.shutdown_drain_seconds, tuned.shutdown_timeout_seconds) == (1.5, 4.0)
 
 
 @pytest.mark.parametrize("env, words", [
@@ -52,6 +56,10 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_PUBLIC_SERVER": "http://api"}, "https://"),
     ({"GATEWAY_RATE_INIT": "lots"}, "COUNT/SECONDS"),
     ({"GATEWAY_TLS_CERT_FILE": "/c"}, "go together"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "soon"}, "number of seconds"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "0"}, "more than 0"),
+    ({"GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "5.5"}, "by at least 1 s"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "30", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "30"}, "by at least 1 s"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
     with pytest.raises(SettingsError) as refused:
@@ -260,3 +268,20 @@ def test_the_kube_client_loads_without_generated_models() -> None:
              "c.k8s_client.ApiClient.__name__)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "ApiClient"]
+
+
+def test_deployment_stops_within_its_grace_period() -> None:
+    """The gateway's own bound plus the preStop delay fit in terminationGracePeriodSeconds,
+    so a rolling restart never ends in the kubelet's SIGKILL."""
+    from pathlib import Path
+
+    import yaml
+
+    deployment = yaml.safe_load((Path(__file__).parents[2] / "deploy/kubernetes/deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    settings = load_settings(env)
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pre_stop > 0 and settings.shutdown_drain_seconds < settings.shutdown_timeout_seconds
+    assert pre_stop + settings.shutdown_timeout_seconds < pod["terminationGracePeriodSeconds"]
