@@ -99,8 +99,8 @@ class Drain:
         async def drain(request: web.Request,
                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
             if self.draining and request.path not in _ALWAYS:
-                return error_response(503, "shutting_down", "this gateway replica is shutting down; retry",
-                                      {"Connection": "close", "Retry-After": "1"})
+                return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
+                                      headers={"Connection": "close"}, retry_after=1)
             task = asyncio.current_task()
             assert task is not None
             self._enter(task)
@@ -110,8 +110,9 @@ class Drain:
                 if task not in self._overdue or request.writer.output_size:
                     raise  # not ours to answer, or the answer has begun: only a cut is left
                 task.uncancel()
-                return error_response(503, "shutting_down", "this gateway replica stopped before the request "
-                                      "finished; it may or may not have taken effect", {"Connection": "close"})
+                return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
+                                      "request finished; it may or may not have taken effect",
+                                      headers={"Connection": "close"})
             finally:
                 self._leave(task)
 
