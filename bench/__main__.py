@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
+from bench.pods import pod_streams, pod_verdicts
 from bench.stack import Stack, Tenant, run_load, temp_root
 from proxy.heap import TRIM_INTERVAL_SECONDS
 
@@ -418,7 +419,7 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ("RSS after watch bursts: no ratchet", " -> ".join(f"{m:.0f}" for m in w["rss_after_close_mib"]) + " MiB",
          w["rss_after_close_mib"][1] <= 1.05 * w["rss_after_close_mib"][0]),
     ]
-    return checks
+    return checks + pod_verdicts(r["pod_streams"])
 
 
 def print_table(r: dict[str, Any]) -> None:
@@ -431,6 +432,11 @@ def print_table(r: dict[str, Any]) -> None:
     for enc in ("identity", "gzip"):
         for target, v in r["list_500"][enc].items():
             print(f"  {enc:<18} {target:<14} {v['rps']:>7.1f}  {v['p50_ms']:>7.2f}  {v['p99_ms']:>7.2f}")
+    pods = r["pod_streams"]
+    print("\npod streams          target       exec p50 ms  exec p99 ms  port-forward MiB/s")
+    for target, v in pods["exec_round_trip"].items():
+        print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
+              f"{pods['port_forward_mib_per_s'][target]:>12.1f}")
     print("\ntarget                               measured     ok")
     for name, value, ok in verdicts(r):
         print(f"  {name:<36} {value:>12}  {'yes' if ok else 'NO'}")
@@ -496,6 +502,9 @@ async def main() -> None:
         # workloads whose late writes (onboarding, audit) could land in its window.
         for name, workload in (("small_get", small_get(stack, targets)), ("list_500", list_500(stack, targets)),
                                ("cold_burst", cold_burst(stack)), ("watches", watches(stack, targets)),
+                               ("pod_streams", pod_streams(stack, tenant, order=interleaved(["direct", "gateway"], ROUNDS),
+                                                           round_trips=200 if QUICK else 1000,
+                                                           sessions=50 if QUICK else 200)),
                                ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
                                ("soak", soak(stack, targets))):
             print(f"running {name} ...", flush=True)
