@@ -28,15 +28,11 @@ import yaml
 
 from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
+from devstack.processes import free_port
 from provisioning.db.pool import start_embedded_postgres
 
 PASSWORD = "benchmark passphrase 1"
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, what: str) -> None:

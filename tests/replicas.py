@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 
+from devstack.processes import free_port
+
 
 def tls_session(gateway: Any, **kwargs: Any) -> aiohttp.ClientSession:
     """A client session of our own that trusts the test gateway's CA."""
@@ -24,10 +25,6 @@ def tls_session(gateway: Any, **kwargs: Any) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context), **kwargs)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -41,7 +38,7 @@ class Replica:
 @contextlib.asynccontextmanager
 async def gateway_process(gateway: Any, gateway_env: dict[str, str]) -> AsyncIterator[Replica]:
     """Start a replica serving the test gateway's TLS certificate; stop it on exit and keep its log."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
            "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
            "GATEWAY_TLS_KEY_FILE": str(gateway.ca_file.with_name("gateway.key"))}

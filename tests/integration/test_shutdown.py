@@ -36,7 +36,8 @@ from provisioning.db.migrate import migrate
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session
 from tests.integration.test_outages import own_postgres  # noqa: F401  (a fixture)
-from tests.integration.test_proxy import _free_port, tenant, tls_session
+from devstack.processes import free_port
+from tests.integration.test_proxy import tenant, tls_session
 
 pytestmark = pytest.mark.cluster
 
@@ -89,7 +90,7 @@ async def start_replica(gateway: Any, gateway_env: dict[str, str], tmp_path: Pat
     started: list[Replica] = []
 
     async def start(**overrides: str) -> Replica:
-        port = _free_port()
+        port = free_port()
         log = tmp_path / f"gateway-{port}.log"
         env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
                "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
