@@ -80,6 +80,10 @@ class Settings:
     """Onboarding makes cluster objects: few per user per hour stops namespace exhaustion."""
     rate_login: RateLimit = RateLimit(10, 60)
     rate_register: RateLimit = RateLimit(10, 3600)
+    rate_kubeconfig: RateLimit = RateLimit(30, 60)
+    """Kubeconfig and token issuance per user: each is a TokenRequest and an audit row."""
+    max_streams_per_workspace: int = 100
+    """Open proxied streams (watch, logs, exec, attach, port-forward) per workspace; one more is 429."""
     proxy_token_refresh_margin_seconds: int = 600
     """Renew a cached tenant token when less than this remains (the spec's 10 min)."""
     proxy_token_ttl_seconds: int = 3600
@@ -104,6 +108,7 @@ _KEYS = (
     "GATEWAY_CORS_ORIGINS", "GATEWAY_TIERS_FILE", "GATEWAY_TENANT_CLUSTERROLE",
     "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
     "GATEWAY_REGISTRATION", "GATEWAY_RATE_INIT", "GATEWAY_RATE_LOGIN", "GATEWAY_RATE_REGISTER",
+    "GATEWAY_RATE_KUBECONFIG", "GATEWAY_MAX_STREAMS_PER_WORKSPACE",
     "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE",
 )
 
@@ -202,12 +207,15 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     if "GATEWAY_TRUSTED_PROXIES" in values:
         kwargs["trusted_proxies"] = _addresses(values["GATEWAY_TRUSTED_PROXIES"])
     for key, name in (("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds"),
-                      ("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds")):
+                      ("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds"),
+                      ("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace")):
         if key in values:
             try:
                 kwargs[name] = int(values[key])
             except ValueError:
-                raise SettingsError(f"{key} must be a whole number of seconds") from None
+                raise SettingsError(f"{key} must be a whole number") from None
+    if kwargs.get("max_streams_per_workspace", 1) < 1:
+        raise SettingsError("GATEWAY_MAX_STREAMS_PER_WORKSPACE must be at least 1")
     ttl = kwargs.get("token_ttl_seconds", MAX_TOKEN_TTL_SECONDS)
     if ttl > MAX_TOKEN_TTL_SECONDS:
         raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS may not exceed {MAX_TOKEN_TTL_SECONDS} (a hard limit)")
@@ -218,7 +226,7 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     if "GATEWAY_REGISTRATION" in values:
         kwargs["registration_enabled"] = _bool("GATEWAY_REGISTRATION", values["GATEWAY_REGISTRATION"])
     for key, name in (("GATEWAY_RATE_INIT", "rate_init"), ("GATEWAY_RATE_LOGIN", "rate_login"),
-                      ("GATEWAY_RATE_REGISTER", "rate_register")):
+                      ("GATEWAY_RATE_REGISTER", "rate_register"), ("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig")):
         if key in values:
             kwargs[name] = RateLimit.parse(key, values[key])
     return Settings(**kwargs)

@@ -75,6 +75,11 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
+    with ticket.passthrough.streams.track(ticket.workspace.id):  # a slot before anything opens upstream
+        return await _relay_websocket(request, ticket)
+
+
+async def _relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamResponse:
     token = await ticket.token()
     try:
         upstream = await _connect(request, ticket, token)
@@ -89,18 +94,17 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
         ticket.audit_write(101)
     client = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
                                    autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=False)
-    with ticket.passthrough.streams.track(ticket.workspace.id):
+    try:
+        await client.prepare(request)
+        down = asyncio.create_task(_pump(upstream, client))
+        up = asyncio.create_task(_pump(client, upstream))
         try:
-            await client.prepare(request)
-            down = asyncio.create_task(_pump(upstream, client))
-            up = asyncio.create_task(_pump(client, upstream))
-            try:
-                await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (down, up):
-                    task.cancel()
-                await asyncio.gather(down, up, return_exceptions=True)
+            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            await upstream.close()
-            await client.close()
+            for task in (down, up):
+                task.cancel()
+            await asyncio.gather(down, up, return_exceptions=True)
+    finally:
+        await upstream.close()
+        await client.close()
     return client

@@ -93,7 +93,7 @@ def setup_passthrough(app: web.Application) -> None:
             on_hit=metrics.token_cache_hits.inc,
             on_fetch=lambda result: metrics.token_requests.labels(result=result).inc(),
         )
-        streams = StreamRegistry(metrics)
+        streams = StreamRegistry(metrics, settings.max_streams_per_workspace)
 
         def on_change(workspace_id: uuid.UUID, namespace: str) -> None:
             # Any change (suspend, resume, new ServiceAccount): forget and cut.

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
+from provisioning import manifests
 from tests.gatewayclient import PASSWORD, login
 
 pytestmark = pytest.mark.cluster
@@ -42,6 +45,7 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
     """The shipped ClusterRole held by an account the confinement policy does
     not cover: RBAC alone would let it act in kube-system."""
     cluster.kubectl_run("create", "namespace", "unconfined", check=False)
+    cluster.kubectl_run("apply", "-f", "-", input=json.dumps(manifests.namespace(f"tenant-{uuid.uuid4()}", "x")))
     cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
     cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
                         "--serviceaccount=unconfined:gateway-copy", check=False)
@@ -51,9 +55,29 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
     (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
     assert result.returncode == 1
-    assert result.stdout.splitlines() == ["excessive: writes outside tenant namespaces are admitted: "
-                                          "ValidatingAdmissionPolicy tenant-gateway-confined "
-                                          "(deploy/kubernetes/admission.yaml) is not in force for this credential"]
+    lines = result.stdout.splitlines()
+    assert "excessive: writes outside tenant namespaces are admitted: ValidatingAdmissionPolicy tenant-gateway-confined " \
+           "(deploy/kubernetes/admission.yaml) is not in force for this credential" in lines
+    assert any(line.startswith("excessive: namespaces with ownerReferences can be created") for line in lines)
+    # Once a tenant namespace exists, re-parenting it and adding finalizers are proven refused too.
+    assert any(line.startswith("excessive: tenant namespaces can be re-parented") for line in lines)
+    assert all(line.startswith("excessive:") and "tenant-gateway-confined" in line for line in lines), lines
+
+
+def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    """A cluster where one of the tenant walls was never installed (or was
+    deleted): the gateway must not start on it."""
+    binding = cluster.kubectl_run("get", "validatingadmissionpolicybinding", "tenant-gateway-no-external-names",
+                                  "-o", "yaml").stdout
+    cluster.kubectl_run("delete", "validatingadmissionpolicybinding", "tenant-gateway-no-external-names")
+    try:
+        result = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("apply", "-f", "-", input=binding)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "excessive: ValidatingAdmissionPolicy tenant-gateway-no-external-names (deploy/kubernetes/admission.yaml) "
+        "has no binding that denies in every namespace it guards"]
 
 
 def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
