@@ -66,7 +66,7 @@ async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str
 async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse:
     if not ticket.decision.long_running:
         return await _relay_http(request, ticket)
-    with ticket.passthrough.streams.track(ticket.workspace.id):  # a slot before anything opens upstream
+    with ticket.passthrough.streams.track(ticket.owner):  # a slot before anything opens upstream
         return await _relay_http(request, ticket)
 
 

@@ -75,7 +75,7 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
-    with ticket.passthrough.streams.track(ticket.workspace.id):  # a slot before anything opens upstream
+    with ticket.passthrough.streams.track(ticket.owner):  # a slot before anything opens upstream
         return await _relay_websocket(request, ticket)
 
 
