@@ -13,15 +13,10 @@ import pytest
 from multidict import CIMultiDict
 
 from tests.gatewayclient import PASSWORD, admin_session, register_and_login, unique_email
+from tests.integration.test_accounts_and_inputs import error_of
 from tests.integration.test_proxy import open_watch, tenant
 
 pytestmark = pytest.mark.cluster
-
-
-async def error_of(response: Any) -> tuple[int, str]:
-    body = await response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
-    return response.status, body["error"]["code"]
 
 
 @pytest.mark.parametrize("content_type", [
