@@ -66,6 +66,7 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     rbac = "rbac.authorization.k8s.io"
     needed = [Permission(v, r) for r in ("namespaces", "resourcequotas", "limitranges") for v in ("create", "get", "list")]
     needed += [Permission("patch", "namespaces")]  # the suspension label
+    needed += [Permission("patch", "resourcequotas")]  # quota follows the tier (resume, reconcile)
     needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete")]
     needed += [Permission("create", "serviceaccounts", subresource="token")]
     needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get", "list")]

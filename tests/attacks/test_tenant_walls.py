@@ -18,54 +18,20 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from devstack.cluster import LocalCluster
 from provisioning import manifests
 from tests import kubeclients
-from tests.gatewayclient import Session, admin_session, register_and_login
+from tests.attacks.tenants import Tenant, onboard, refusal
+from tests.gatewayclient import admin_session
 
 pytestmark = pytest.mark.cluster
 RBAC_GROUP = "rbac.authorization.k8s.io"
-
-
-def refusal(call: Callable[[], object]) -> tuple[int, str]:
-    """(status, message) of a call the API server answers; (200, "") if it succeeds."""
-    try:
-        call()
-    except ApiException as error:
-        return int(error.status), str(error.body)
-    return 200, ""
-
-
-@dataclass
-class Tenant:
-    session: Session
-    workspace_id: str
-    namespace: str
-    api: client.ApiClient  # its real issued kubeconfig
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def rbac(self) -> client.RbacAuthorizationV1Api:
-        return client.RbacAuthorizationV1Api(self.api)
-
-
-async def onboard(gateway: Any, tmp_path: Path) -> Tenant:
-    session = await register_and_login(gateway)
-    workspace = await session.init()
-    path = tmp_path / f"{session.user_id}.kubeconfig"
-    path.write_text(await session.kubeconfig())
-    return Tenant(session, workspace["id"], workspace["namespace"], kubeclients.from_kubeconfig(path))
 
 
 def binding(name: str, *subjects: dict[str, str]) -> dict[str, Any]:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from devstack.cluster import LocalCluster
 from provisioning import manifests
+from provisioning.tiers import DEFAULT_TIERS
+from tests import kubeclients
+from tests.attacks.tenants import made_long_ago, onboard
 from tests.gatewayclient import PASSWORD, login
 
 pytestmark = pytest.mark.cluster
@@ -171,3 +177,50 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
     finally:
         if process.poll() is None:
             process.kill()
+
+
+async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
+        cluster: LocalCluster, gateway: Any, gateway_env: dict[str, str], tmp_path: Path) -> None:
+    """A workspace made before its tier bounded object counts, node ports and
+    storage, and missing its network isolation: reconcile converges it,
+    says so in one line, and has nothing to say the second time."""
+    untouched = await onboard(gateway, tmp_path)
+    old = await onboard(gateway, tmp_path)
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    made_long_ago(admin, old)
+    cluster.kubectl_run("-n", old.namespace, "delete", "networkpolicy", manifests.ISOLATION_NAME)
+
+    first = run(gateway_env, "reconcile")
+    assert first.returncode == 0, first.stdout + first.stderr
+    (line,) = first.stdout.splitlines()
+    assert line.startswith(f"{old.workspace_id} {old.namespace}: ResourceQuota {manifests.QUOTA_NAME} "), line
+    assert "services.nodeports unset -> 0" in line and "configmaps unset -> 50" in line
+    assert line.endswith(f"; NetworkPolicy {manifests.ISOLATION_NAME} created"), line
+    assert untouched.workspace_id not in first.stdout
+    hard = DEFAULT_TIERS["basic"].hard
+    assert admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, old.namespace).spec.hard == dict(hard)
+
+    again = run(gateway_env, "reconcile")
+    assert (again.returncode, again.stdout) == (0, ""), again.stdout + again.stderr
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env: dict[str, str],
+                                             tmp_path: Path) -> None:
+    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{closed_port()}"
+    (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    no_cluster = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig")}, "reconcile")
+    assert no_cluster.returncode == 2 and no_cluster.stdout == ""
+    assert no_cluster.stderr.startswith("error: the Kubernetes API server at https://127.0.0.1:"), no_cluster.stderr
+    assert "unreachable" in no_cluster.stderr
+
+    no_database = run({**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{closed_port()}/gw"},
+                      "reconcile")
+    assert no_database.returncode == 2 and no_database.stdout == ""
+    assert no_database.stderr == "error: the database is unreachable; retry later\n", no_database.stderr

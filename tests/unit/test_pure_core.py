@@ -20,7 +20,7 @@ from provisioning.kubeconfig import render_kubeconfig
 from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes, evaluate,
                                       policy_gaps, required_permissions)
 from provisioning.secrets import Secret
-from provisioning.tiers import parse_tiers
+from provisioning.tiers import SHARED_BOUNDS, parse_tiers
 from proxy.addresses import client_address, public_scheme, rate_subject
 from proxy.logs import MalformedRequestsAreWarnings
 from proxy.auth import sessions
@@ -35,7 +35,7 @@ def test_settings_defaults_follow_the_contract() -> None:
     settings = load_settings({})
     assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 8080)
     assert settings.dev_mode and settings.token_ttl_seconds == 7200
-    assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi"}
+    assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi", **SHARED_BOUNDS}
     assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
     assert (settings.rate_kubeconfig.limit, settings.rate_kubeconfig.window_seconds) == (30, 60)
     assert settings.max_streams_per_workspace == 100
