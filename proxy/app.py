@@ -2,7 +2,8 @@
 
 `create_app` registers routes and middlewares and owns every long-lived
 resource through `cleanup_ctx` (database pool, event listener, the gateway's
-Kubernetes client, the pass-through upstream, the heap trimmer), so start-up
+Kubernetes client, the pass-through upstream, the heap trimmer, the metrics
+listener), so start-up
 and shutdown order are explicit and tests build the very same app.
 """
 
@@ -26,6 +27,7 @@ from proxy.auth.authenticating import Authenticator
 from proxy.errors import error_middleware, error_response
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
+from proxy.metrics_listener import metrics_listener
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
 from proxy.routes import accounts, health, workspaces
@@ -145,7 +147,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
         await trimmer.stop()
 
-    app.cleanup_ctx.extend([database, kubernetes, heap])
+    app.cleanup_ctx.extend([database, kubernetes, heap, metrics_listener(settings)])
     for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes):
         app.router.add_routes(table)
     setup_passthrough(app)

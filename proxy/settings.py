@@ -52,6 +52,13 @@ class RateLimit:
 class Settings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8080
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9091
+    """`/metrics` has a listener of its own (never the public one, which
+    answers 404 there): what tenants' pods can reach of the gateway is the
+    public listener, and request counts per route, stream gauges and token
+    results are not theirs to read. Loopback by default; a Deployment opens it
+    to Prometheus (0.0.0.0) behind a NetworkPolicy. Port 0: any free port."""
     database_url: Secret | None = None
     """None means dev mode: an embedded PostgreSQL under `data_dir`. A Secret
     because URLs carry passwords."""
@@ -103,7 +110,7 @@ class Settings:
 
 
 _KEYS = (
-    "GATEWAY_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",
+    "GATEWAY_LISTEN", "GATEWAY_METRICS_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",
     "GATEWAY_PUBLIC_SERVER", "GATEWAY_PUBLIC_CA_FILE", "GATEWAY_SESSION_SECRET",
     "GATEWAY_CORS_ORIGINS", "GATEWAY_TIERS_FILE", "GATEWAY_TENANT_CLUSTERROLE",
     "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
@@ -127,10 +134,10 @@ def _merge(env: Mapping[str, str], config_text: str | None) -> dict[str, str]:
     return merged
 
 
-def _listen(text: str) -> tuple[str, int]:
+def _listen(text: str, name: str = "GATEWAY_LISTEN") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise SettingsError("GATEWAY_LISTEN must be host:port")
+        raise SettingsError(f"{name} must be host:port")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -171,6 +178,8 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     kwargs: dict[str, Any] = {}
     if "GATEWAY_LISTEN" in values:
         kwargs["listen_host"], kwargs["listen_port"] = _listen(values["GATEWAY_LISTEN"])
+    if "GATEWAY_METRICS_LISTEN" in values:
+        kwargs["metrics_host"], kwargs["metrics_port"] = _listen(values["GATEWAY_METRICS_LISTEN"], "GATEWAY_METRICS_LISTEN")
     if "GATEWAY_DATABASE_URL" in values:
         url = values["GATEWAY_DATABASE_URL"]
         if urlsplit(url).scheme not in ("postgres", "postgresql"):
@@ -229,7 +238,10 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
                       ("GATEWAY_RATE_REGISTER", "rate_register"), ("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig")):
         if key in values:
             kwargs[name] = RateLimit.parse(key, values[key])
-    return Settings(**kwargs)
+    settings = Settings(**kwargs)
+    if settings.metrics_port == settings.listen_port != 0:
+        raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
+    return settings
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> Settings:

@@ -1,7 +1,7 @@
 """Given a client that abuses the gateway's own routes (a cross-site form, an
 overlong field, a flood of credentials or streams, a forged forwarding
-header), then the answer is the contract's 4xx, never a 500, and nobody
-else's requests are harmed."""
+header, a tenant's pod reading the gateway's metrics), then the answer is
+the contract's 4xx, never a 500, and nobody else's requests are harmed."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import asyncio
 import logging
 from typing import Any
 
+import aiohttp
 import pytest
 from multidict import CIMultiDict
 
+from proxy import keys
+
 from tests.gatewayclient import PASSWORD, admin_session, register_and_login, unique_email
 from tests.integration.test_accounts_and_inputs import error_of
-from tests.integration.test_proxy import open_watch, tenant
+from tests.integration.test_proxy import metrics_text, open_watch, tenant
 
 pytestmark = pytest.mark.cluster
 
@@ -123,3 +126,21 @@ async def test_per_address_limits_count_an_ipv6_slash_64_as_one_address(make_gat
                                    headers={"X-Forwarded-For": "2001:db8:7:8::1"})
     assert elsewhere.status == 201
 
+
+
+async def test_a_tenant_reaching_the_gateway_cannot_read_its_metrics(gateway: Any) -> None:
+    """What a tenant's pod reaches is the public listener; the metrics (every
+    tenant's request counts, streams and token results) are not there."""
+    user, workspace = await tenant(gateway)
+    await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
+    for path in ("/metrics", "/metrics/", "/Metrics", "/k8s/metrics"):
+        answer = await gateway.get(path)
+        assert answer.status == 404, path
+        assert "tenant_gateway_" not in await answer.text(), path
+    # The metrics listener has them, and nothing else.
+    assert "tenant_gateway_requests_total" in await metrics_text(gateway)
+    host, port = gateway.app[keys.METRICS_ADDRESS]
+    async with aiohttp.ClientSession() as session:
+        for path in ("/healthz", "/api/v1/me", f"/k8s/{workspace['id']}/api"):
+            async with session.get(f"http://{host}:{port}{path}", headers=user.bearer) as answer:
+                assert answer.status == 404, path

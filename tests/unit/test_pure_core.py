@@ -82,6 +82,18 @@ def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
     assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
 
 
+def test_metrics_have_a_listener_of_their_own() -> None:
+    settings = load_settings({})
+    assert (settings.metrics_host, settings.metrics_port) == ("127.0.0.1", 9091)
+    moved = load_settings({"GATEWAY_METRICS_LISTEN": "0.0.0.0:9100", "GATEWAY_LISTEN": "0.0.0.0:9091"})
+    assert (moved.metrics_host, moved.metrics_port, moved.listen_port) == ("0.0.0.0", 9100, 9091)
+    assert load_settings({"GATEWAY_METRICS_LISTEN": "127.0.0.1:0", "GATEWAY_LISTEN": "127.0.0.1:0"}).metrics_port == 0
+    for env in ({"GATEWAY_METRICS_LISTEN": "0.0.0.0:8080"}, {"GATEWAY_METRICS_LISTEN": "nowhere"},
+                {"GATEWAY_LISTEN": "127.0.0.1:9091"}):
+        with pytest.raises(SettingsError):
+            load_settings(env)
+
+
 def test_secrets_do_not_print() -> None:
     settings = load_settings(DB)
     assert "p@db" not in repr(settings) and "x" * 32 not in repr(settings)
