@@ -73,13 +73,17 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
 def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
     """A cluster where one of the tenant walls was never installed (or was
     deleted): the gateway must not start on it."""
-    binding = cluster.kubectl_run("get", "validatingadmissionpolicybinding", "tenant-gateway-no-external-names",
-                                  "-o", "yaml").stdout
+    shown = json.loads(cluster.kubectl_run("get", "validatingadmissionpolicybinding",
+                                           "tenant-gateway-no-external-names", "-o", "json").stdout)
+    # As shipped: without the server's fields (a resourceVersion kept in
+    # apply's last-applied annotation would break the next `kubectl apply`).
+    binding = {"apiVersion": shown["apiVersion"], "kind": shown["kind"], "spec": shown["spec"],
+               "metadata": {"name": shown["metadata"]["name"], "labels": shown["metadata"].get("labels", {})}}
     cluster.kubectl_run("delete", "validatingadmissionpolicybinding", "tenant-gateway-no-external-names")
     try:
         result = run(gateway_env, "check")
     finally:
-        cluster.kubectl_run("apply", "-f", "-", input=binding)
+        cluster.kubectl_run("create", "-f", "-", input=json.dumps(binding))
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         "excessive: ValidatingAdmissionPolicy tenant-gateway-no-external-names (deploy/kubernetes/admission.yaml) "
