@@ -58,7 +58,8 @@ ENV GATEWAY_LISTEN=0.0.0.0:8080 \
 RUN tenant-gateway --help > /dev/null
 
 USER 10001
-EXPOSE 8080
+# 9091: the metrics listener, once GATEWAY_METRICS_LISTEN binds it beyond loopback.
+EXPOSE 8080 9091
 
 # No curl in slim: the interpreter does the probe. Any non-2xx or connection
 # error raises, which exits non-zero.

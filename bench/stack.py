@@ -73,6 +73,7 @@ class Reference:
 
 
 REFERENCES_SOURCE = Path(__file__).with_name("references")
+BENCH_TIERS = 'basic: {requests.cpu: "4", limits.memory: 8Gi, configmaps: "100000"}\n'
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Stack:
     kubectl_proxy: subprocess.Popen[bytes] | None = None
     floor_relay: subprocess.Popen[bytes] | None = None
     gateway_url: str = ""
+    metrics_urls: dict[str, str] = field(default_factory=dict)
+    """Each launched gateway's metrics listener (GATEWAY_METRICS_LISTEN), by name."""
     proxy_url: str = ""
     floor_url: str = ""
     ca_file: Path = Path()
@@ -111,6 +114,9 @@ class Stack:
         cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1",)).write(tls, "gateway")
         self.ca_file = tls / "ca.crt"
         self.tls_files = (cert, key)
+        # The runs hold hundreds of ConfigMaps in one tenant namespace (LIST
+        # sizes, watch delivery): more than the built-in basic tier allows.
+        (self.root / "tiers.yaml").write_text(BENCH_TIERS)
         self.gateway_url, self.gateway = self.launch_gateway("gateway")
         self.wait_ready(self.gateway_url, self.gateway, "gateway")
 
@@ -121,10 +127,12 @@ class Stack:
         another source tree, or under a wrapper such as valgrind, if asked."""
         assert self.cluster is not None
         cert, key = self.tls_files
-        port = free_port()
+        port, metrics_port = free_port(), free_port()
+        self.metrics_urls[name] = f"http://127.0.0.1:{metrics_port}"
         env = {
             **os.environ,
-            "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_DATABASE_URL": self.database_url,
+            "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+            "GATEWAY_DATABASE_URL": self.database_url, "GATEWAY_TIERS_FILE": str(self.root / "tiers.yaml"),
             "GATEWAY_SESSION_SECRET": self.session_secret, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
             "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),
             "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
@@ -306,7 +314,7 @@ http {{
         return Tenant(workspace["id"], workspace["namespace"], token, sa_token)
 
     async def metric(self, session: aiohttp.ClientSession, name: str) -> float:
-        async with session.get(f"{self.gateway_url}/metrics") as r:
+        async with session.get(f"{self.metrics_urls['gateway']}/metrics") as r:
             text = await r.text()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith(name) and not line.startswith("#"))

@@ -29,6 +29,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -45,7 +46,8 @@ BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build.sh"
 DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
 CLUSTERROLES = DEPLOY / "clusterroles.yaml"
 # Applied as shipped; the gateway's own Deployment and namespace are not needed here.
-CLUSTER_MANIFESTS = (CLUSTERROLES, DEPLOY / "admission.yaml", DEPLOY / "clusterrolebinding.yaml")
+CLUSTER_MANIFESTS = (CLUSTERROLES, DEPLOY / "admission.yaml", DEPLOY / "clusterrolebinding.yaml",
+                     DEPLOY / "flowcontrol.yaml")
 
 GATEWAY_NAMESPACE = "tenant-gateway-system"
 GATEWAY_USER = f"system:serviceaccount:{GATEWAY_NAMESPACE}:tenant-gateway"
@@ -76,6 +78,19 @@ kind: ClusterRoleBinding
 metadata: {{name: local-cluster:kube-apiserver-kubelet-client}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kubelet-api-admin}}
 subjects: [{{apiGroup: rbac.authorization.k8s.io, kind: User, name: {KUBELET_CLIENT}}}]
+"""
+WORKSPACE_LABEL = "tenant-gateway.io/workspace-id"
+SUSPENDED_LABEL = "tenant-gateway.io/suspended"
+_EXTERNAL_NAME_SERVICE = """apiVersion: v1
+kind: Service
+metadata: {name: probe}
+spec: {type: ExternalName, externalName: example.invalid}
+"""
+_USER_ROLEBINDING = """apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: probe}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: probe@example.test}]
 """
 # Client identities other than the gateway's: file stem -> (user, groups).
 _CLIENT_IDENTITIES = {
@@ -178,7 +193,8 @@ class LocalCluster:
             self.node = self._node(pki_dir, parts)
             self.node.start()
             self._wait_for(self._controllers_working, "kube-controller-manager", deadline)
-            self._wait_for(self._policies_enforced, "admission policies", deadline)
+            self._wait_for(self._policies_enforced, "the gateway's confinement policy", deadline)
+            self._wait_for_tenant_walls(deadline)
             self._wait_for(self._node_ready, "the local node", deadline)
         except BaseException:
             self.stop()
@@ -369,6 +385,37 @@ class LocalCluster:
         probe = self.kubectl_run("-n", "kube-system", "create", "serviceaccount", "policy-probe", "--dry-run=server",
                                  kubeconfig=self.gateway_kubeconfig, check=False)
         return probe.returncode != 0 and "tenant-gateway-confined" in probe.stderr
+
+    def _wait_for_tenant_walls(self, deadline: float) -> None:
+        """Every tenant wall refuses a dry run with its own message, in a
+        throwaway namespace labelled as a suspended workspace."""
+        ns = f"policy-probe-{uuid.uuid4().hex[:8]}"
+        self.kubectl_run("create", "namespace", ns)
+        try:
+            # An ordinary identity with `edit` there, bound before the namespace
+            # is a tenant's (afterwards the subjects policy would refuse it).
+            self.kubectl_run("-n", ns, "create", "serviceaccount", "prober")
+            self.kubectl_run("-n", ns, "create", "rolebinding", "prober", "--clusterrole=edit",
+                             f"--serviceaccount={ns}:prober")
+            self.kubectl_run("label", "namespace", ns, f"{WORKSPACE_LABEL}=policy-probe", f"{SUSPENDED_LABEL}=true")
+            probes = {
+                "tenant-gateway-no-external-names": ("may not be of type ExternalName", ["create", "-f", "-"],
+                                                     _EXTERNAL_NAME_SERVICE),
+                "tenant-gateway-rolebinding-subjects": ("only that namespace's own ServiceAccounts",
+                                                        ["create", "-f", "-"], _USER_ROLEBINDING),
+                "tenant-gateway-no-gateway-grade-tokens": ("reserved for the gateway",
+                                                           ["create", "serviceaccount", "tenant-gateway"], None),
+                "tenant-gateway-suspended": ("this workspace is suspended",
+                                             ["create", "configmap", "probe", f"--as=system:serviceaccount:{ns}:prober"],
+                                             None),
+            }
+            for name, (message, args, manifest) in probes.items():
+                def refused(message: str = message, args: list[str] = args, manifest: str | None = manifest) -> bool:
+                    result = self.kubectl_run("-n", ns, *args, "--dry-run=server", input=manifest, check=False)
+                    return result.returncode != 0 and message in result.stderr
+                self._wait_for(refused, f"admission policy {name}", deadline)
+        finally:
+            self.kubectl_run("delete", "namespace", ns, "--wait=false", check=False)
 
     def _node_ready(self) -> bool:
         found = self.kubectl_run("get", "node", NODE_NAME, "-o", "json", check=False)

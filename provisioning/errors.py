@@ -45,6 +45,10 @@ class PayloadTooLarge(GatewayError):
     status, code, message = 413, "payload_too_large", "the request body is too large"
 
 
+class UnsupportedMediaType(GatewayError):
+    status, code, message = 415, "unsupported_media_type", "the body must be application/json"
+
+
 class RateLimited(GatewayError):
     status, code, message = 429, "rate_limited", "too many requests; retry later"
 

@@ -8,9 +8,9 @@ from somebody else's that merely share a name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Mapping
 
-from provisioning.tiers import Tier
+from provisioning.tiers import Tier, quantity_value
 
 WORKSPACE_LABEL = "tenant-gateway.io/workspace-id"
 # Set on a suspended workspace's namespace; deploy/kubernetes/admission.yaml
@@ -80,6 +80,39 @@ def resource_quota(ns: str, workspace_id: str, tier: Tier) -> Manifest:
     }
 
 
+def _same_quantity(old: str | None, new: str | None) -> bool:
+    if old is None or new is None:
+        return old == new
+    try:
+        return quantity_value(old) == quantity_value(new)
+    except ValueError:  # not ours to judge: the API server stored it
+        return old == new
+
+
+@dataclass(frozen=True)
+class Convergence:
+    """How to bring an existing object to what the tier says: a merge patch,
+    and what it changes in words (for `tenant-gateway reconcile`)."""
+
+    patch: Manifest
+    described: str
+
+
+def quota_convergence(existing: Mapping[str, Any], tier: Tier) -> Convergence | None:
+    """The merge patch that makes an existing quota's `hard` the tier's,
+    keys the tier no longer names removed (null); None if it already is.
+    Quantities compare by value: the API server writes `1000m` back as `1`."""
+    have: Mapping[str, str] = (existing.get("spec") or {}).get("hard") or {}
+    want = tier.hard
+    changed = {key: want.get(key) for key in sorted(set(have) | set(want))
+               if not _same_quantity(have.get(key), want.get(key))}
+    if not changed:
+        return None
+    words = ", ".join(f"{key} {have.get(key, 'unset')} -> {value if value is not None else 'unset'}"
+                      for key, value in changed.items())
+    return Convergence({"spec": {"hard": changed}}, words)
+
+
 def limit_range(ns: str, workspace_id: str, tier: Tier) -> Manifest:
     return {
         "apiVersion": "v1", "kind": "LimitRange",
@@ -124,6 +157,9 @@ class Step:
     collection: str
     name: str
     body: Manifest
+    converge: Callable[[Mapping[str, Any]], Convergence | None] | None = None
+    """For objects an existing workspace must follow when its tier changes:
+    given the object found, what to change (None: nothing)."""
 
     @property
     def path(self) -> str:
@@ -140,18 +176,27 @@ def role_binding_step(ns: str, workspace_id: str, cluster_role: str) -> Step:
                 TENANT_ROLEBINDING, role_binding(ns, workspace_id, cluster_role))
 
 
+def bounds_steps(ns: str, workspace_id: str, tier: Tier) -> list[Step]:
+    """What keeps a namespace in bounds: quota, container defaults, network
+    isolation. An existing workspace converges to these (`reconcile`)."""
+    core = f"/api/v1/namespaces/{ns}"
+    return [
+        Step("ResourceQuota", f"{core}/resourcequotas", QUOTA_NAME, resource_quota(ns, workspace_id, tier),
+             converge=lambda existing: quota_convergence(existing, tier)),
+        Step("LimitRange", f"{core}/limitranges", LIMITRANGE_NAME, limit_range(ns, workspace_id, tier)),
+        Step("NetworkPolicy", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", ISOLATION_NAME,
+             network_isolation(ns, workspace_id)),
+    ]
+
+
 def onboarding_steps(ns: str, workspace_id: str, tier: Tier, cluster_role: str) -> list[Step]:
     """The contract's five objects and the network isolation, in dependency
     order: the namespace first, its bounds (quota, defaults, isolation)
     before anything could run in it, the ServiceAccount and its binding
     last (resume replaces the one and restores the other on their own)."""
-    core = f"/api/v1/namespaces/{ns}"
     return [
         Step("Namespace", "/api/v1/namespaces", ns, namespace(ns, workspace_id)),
-        Step("ResourceQuota", f"{core}/resourcequotas", QUOTA_NAME, resource_quota(ns, workspace_id, tier)),
-        Step("LimitRange", f"{core}/limitranges", LIMITRANGE_NAME, limit_range(ns, workspace_id, tier)),
-        Step("NetworkPolicy", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", ISOLATION_NAME,
-             network_isolation(ns, workspace_id)),
+        *bounds_steps(ns, workspace_id, tier),
         service_account_step(ns, workspace_id),
         role_binding_step(ns, workspace_id, cluster_role),
     ]

@@ -34,17 +34,27 @@ class Onboarded:
     """True only for the call that completed the workspace (201, not 200)."""
 
 
-async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, Any]:
-    """Create the object, or adopt it if a previous attempt of ours made it."""
+async def converge_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> tuple[dict[str, Any], str | None]:
+    """Create the object, or adopt it if a previous attempt of ours made it
+    and bring it to what the step says (the quota follows its tier). Returns
+    the object and what was done to it in words, None if nothing."""
     try:
-        return await kube.create(step.collection, step.body)
+        return await kube.create(step.collection, step.body), "created"
     except KubeAlreadyExists:
         existing = await kube.get(step.path)
     labels = (existing.get("metadata") or {}).get("labels") or {}
     if labels.get(manifests.WORKSPACE_LABEL) != workspace_id:
         raise Conflict(f"a {step.kind} named {step.name} already exists and is not this workspace's",
                        code="object_taken")
-    return existing
+    change = step.converge(existing) if step.converge is not None else None
+    if change is None:
+        return existing, None
+    return await kube.merge_patch(step.path, change.patch), change.described
+
+
+async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, Any]:
+    """converge_object, for callers that need only the object."""
+    return (await converge_object(kube, step, workspace_id))[0]
 
 
 async def ensure_objects(kube: KubeClient, steps: list[manifests.Step], workspace_id: str) -> list[dict[str, Any]]:

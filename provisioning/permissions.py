@@ -1,21 +1,34 @@
-"""The gateway's self-check: does its own credential hold exactly what it needs?
+"""The gateway's self-check: does its own credential hold exactly what it needs,
+and do the admission policies that hold the walls stand?
 
 Each probe is a SelfSubjectAccessReview, which asks the real authorizer
 (RBAC, webhooks, whatever the cluster runs), so the answer is the cluster's,
 not our reading of Role objects. `REQUIRED` mirrors deploy/kubernetes's
 ClusterRole `tenant-gateway`; `FORBIDDEN` is what a compromised gateway must
-not be able to do. The comparison is pure; only `probe_permissions` does I/O.
+not be able to do. The comparisons are pure; only `probe_permissions` does I/O.
 
-RBAC cannot keep the gateway's cluster-wide grants out of kube-system; the
-admission policy `tenant-gateway-confined` does. A dry-run write there shows
-whether it is in force: admission runs for dry runs, nothing is stored.
+RBAC cannot keep the gateway's cluster-wide grants out of kube-system, nor
+stop it handing a tenant namespace to the garbage collector through
+ownerReferences or finalizers; the admission policy `tenant-gateway-confined`
+does. Dry-run writes show whether it is in force for this credential:
+admission runs for dry runs, nothing is stored.
+
+The walls between tenants are admission policies the gateway's credential is
+never subject to, so no dry run of its own can prove them. `check` reads them
+instead: every policy in `POLICIES` must be installed, fail closed, and be
+bound with `Deny` to exactly the namespaces it guards. A missing policy, a
+binding in `Warn`/`Audit` only or one narrowed to fewer namespaces is a
+bypass, and refused like an excessive permission. (The expressions themselves
+are the shipped file's; `check` does not re-derive them.)
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any, Mapping
 
+from provisioning import manifests
 from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeAPIError, KubeForbidden
 
@@ -53,11 +66,14 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     rbac = "rbac.authorization.k8s.io"
     needed = [Permission(v, r) for r in ("namespaces", "resourcequotas", "limitranges") for v in ("create", "get", "list")]
     needed += [Permission("patch", "namespaces")]  # the suspension label
+    needed += [Permission("patch", "resourcequotas")]  # quota follows the tier (resume, reconcile)
     needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete")]
     needed += [Permission("create", "serviceaccounts", subresource="token")]
     needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get", "list")]
     needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete")]
     needed += [Permission("bind", "clusterroles", rbac, name=tenant_cluster_role)]
+    needed += [Permission("list", r, "admissionregistration.k8s.io")  # check reads the tenant policies
+               for r in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")]
     return tuple(needed)
 
 
@@ -81,11 +97,90 @@ FORBIDDEN: tuple[Permission, ...] = (
 )
 
 
-# Where a confined gateway's write is refused by admission, and what it is.
-OUTSIDE_TENANTS_PROBE = ("/api/v1/namespaces/kube-system/serviceaccounts",
-                         {"metadata": {"name": "tenant-gateway-confinement-probe"}})
-UNCONFINED = ("writes outside tenant namespaces are admitted: ValidatingAdmissionPolicy "
-              "tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in force for this credential")
+_POLICY_FILE = "deploy/kubernetes/admission.yaml"
+_CONFINED = f"ValidatingAdmissionPolicy tenant-gateway-confined ({_POLICY_FILE}) is not in force for this credential"
+UNCONFINED = f"writes outside tenant namespaces are admitted: {_CONFINED}"
+
+
+@dataclass(frozen=True)
+class WriteProbe:
+    """A dry-run write the confinement policy must refuse; `admitted` says
+    what it means when the API server lets it through."""
+
+    method: str
+    path: str
+    body: dict[str, Any]
+    admitted: str
+
+
+_OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "tenant-gateway-probe",
+          "uid": "00000000-0000-0000-0000-000000000000"}
+
+
+def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
+    """What a stolen gateway credential would try. The namespace probes need
+    a tenant namespace to aim at; before the first onboarding there is none
+    to lose, and creation is probed instead."""
+    owned_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
+    owned_namespace["metadata"]["ownerReferences"] = [_OWNER]
+    probes = [
+        WriteProbe("POST", "/api/v1/namespaces/kube-system/serviceaccounts",
+                   {"metadata": {"name": "tenant-gateway-confinement-probe"}}, UNCONFINED),
+        WriteProbe("POST", "/api/v1/namespaces", owned_namespace,
+                   f"namespaces with ownerReferences can be created (the garbage collector would delete them): {_CONFINED}"),
+    ]
+    if tenant_namespace is not None:
+        path = f"/api/v1/namespaces/{tenant_namespace}"
+        probes += [
+            WriteProbe("PATCH", path, {"metadata": {"ownerReferences": [_OWNER]}},
+                       f"tenant namespaces can be re-parented (ownerReferences): {_CONFINED}"),
+            WriteProbe("PATCH", path, {"metadata": {"finalizers": ["tenant-gateway.io/probe"]}},
+                       f"tenant namespaces can be given finalizers: {_CONFINED}"),
+        ]
+    return tuple(probes)
+
+
+# The admission policies in deploy/kubernetes/admission.yaml and the
+# namespaces each must be bound to (None: every request, no selector).
+_TENANT_NAMESPACES = {"matchExpressions": [{"key": manifests.WORKSPACE_LABEL, "operator": "Exists"}]}
+POLICIES: Mapping[str, Mapping[str, Any] | None] = {
+    "tenant-gateway-no-long-lived-tokens": _TENANT_NAMESPACES,
+    "tenant-gateway-no-external-ips": _TENANT_NAMESPACES,
+    "tenant-gateway-rolebinding-subjects": _TENANT_NAMESPACES,
+    "tenant-gateway-no-gateway-grade-tokens": _TENANT_NAMESPACES,
+    "tenant-gateway-no-external-names": _TENANT_NAMESPACES,
+    "tenant-gateway-suspended": {"matchLabels": {manifests.SUSPENDED_LABEL: "true"}},
+    "tenant-gateway-confined": None,
+}
+
+
+def _binds_fully(binding: Mapping[str, Any], selector: Mapping[str, Any] | None) -> bool:
+    """Denies, and matches every request the shipped binding matches: the
+    expected namespace selector and nothing that narrows it further."""
+    spec = binding.get("spec") or {}
+    match = spec.get("matchResources") or {}
+    return ("Deny" in (spec.get("validationActions") or [])
+            and (match.get("namespaceSelector") or {}) == (selector or {})
+            and not (match.get("objectSelector") or {})
+            and not match.get("excludeResourceRules")
+            and not match.get("resourceRules")
+            and not spec.get("paramRef"))
+
+
+def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Each shipped policy that is missing, fails open or is not bound in full."""
+    installed = {p["metadata"]["name"]: p for p in policies}
+    gaps: list[str] = []
+    for name, selector in POLICIES.items():
+        where = f"ValidatingAdmissionPolicy {name} ({_POLICY_FILE})"
+        policy = installed.get(name)
+        if policy is None:
+            gaps.append(f"{where} is not installed")
+        elif (policy.get("spec") or {}).get("failurePolicy", "Fail") != "Fail":
+            gaps.append(f"{where} fails open (failurePolicy is not Fail)")
+        elif not any((b.get("spec") or {}).get("policyName") == name and _binds_fully(b, selector) for b in bindings):
+            gaps.append(f"{where} has no binding that denies in every namespace it guards")
+    return tuple(gaps)
 
 
 @dataclass(frozen=True)
@@ -102,30 +197,52 @@ class PermissionReport:
         return out or ["ok: the gateway's credential holds every permission it needs and nothing forbidden"]
 
 
-def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *, confined: bool) -> PermissionReport:
+def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *,
+             bypasses: tuple[str, ...] = ()) -> PermissionReport:
+    """`bypasses`: admitted confinement probes and policy gaps, reported as
+    excessive: each lets the credential or a tenant do what it must not."""
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
-        excessive=tuple(p for p in FORBIDDEN if allowed[p]) + (() if confined else (UNCONFINED,)),
+        excessive=tuple(p for p in FORBIDDEN if allowed[p]) + bypasses,
     )
+
+
+async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool:
+    content_type = "application/merge-patch+json" if probe.method == "PATCH" else "application/json"
+    try:
+        await kube.request(probe.method, probe.path, probe.body, query={"dryRun": "All"}, content_type=content_type)
+    except KubeForbidden:
+        return False
+    except KubeAPIError:  # e.g. AlreadyExists: the write got past admission
+        pass
+    return True
+
+
+async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
+    base = "/apis/admissionregistration.k8s.io/v1"
+    try:
+        policies = await kube.list_items(f"{base}/validatingadmissionpolicies")
+        bindings = await kube.list_items(f"{base}/validatingadmissionpolicybindings")
+    except KubeForbidden:  # reported as a missing permission
+        return ()
+    return policy_gaps(policies, bindings)
 
 
 async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
+    tenants = await kube.request("GET", "/api/v1/namespaces",
+                                 query={"labelSelector": manifests.WORKSPACE_LABEL, "limit": "1"})
+    tenant = next((n["metadata"]["name"] for n in tenants.get("items") or []), None)
+    writes = confinement_probes(tenant)
 
     async def allowed(permission: Permission) -> bool:
         answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
         return bool((answer.get("status") or {}).get("allowed"))
 
-    async def confined() -> bool:
-        path, body = OUTSIDE_TENANTS_PROBE
-        try:
-            await kube.request("POST", path, body, query={"dryRun": "All"})
-        except KubeForbidden:
-            return True
-        except KubeAPIError:  # e.g. AlreadyExists: the write got past admission
-            pass
-        return False
-
-    *results, is_confined = await asyncio.gather(*(allowed(p) for p in probes), confined())
-    return evaluate(required, dict(zip(probes, results)), confined=is_confined)
+    answers, admitted, gaps = await asyncio.gather(
+        asyncio.gather(*(allowed(p) for p in probes)),
+        asyncio.gather(*(_admitted(kube, w) for w in writes)),
+        _policy_gaps(kube))
+    bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was) + gaps
+    return evaluate(required, dict(zip(probes, answers)), bypasses=bypasses)

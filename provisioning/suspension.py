@@ -19,7 +19,8 @@ the workspace still suspended (fail closed); repeating the call finishes it.
 Resume never adopts the ServiceAccount it finds: after a suspension that
 failed before step 4 that would still be the old one, and every kubeconfig
 issued before would work again. It replaces the account, converges the other
-onboarding objects (a workspace may have been suspended mid-onboarding),
+onboarding objects (a workspace may have been suspended mid-onboarding, and
+its quota is brought to what its tier says now),
 recreates the RoleBinding and only then lifts the label and marks the
 workspace provisioned. The API server caches successful token checks for
 about 10 s and RBAC matches the ServiceAccount by name, so resume waits until

@@ -1,26 +1,101 @@
 """Tiers: what ResourceQuota and LimitRange a tenant gets.
 
-A tier file maps a name to the quota's `hard` map and, optionally, LimitRange
-container defaults. Quantities are kept as the strings Kubernetes accepts; the
-API server validates them, and `parse_tiers` catches the obvious mistakes at
-start-up so a typo never surfaces as a failed onboarding.
+A tier file (GATEWAY_TIERS_FILE) maps a tier name to either the quota's
+`hard` map itself or to `{hard, defaultLimits, defaultRequests}`:
+
+    basic:                          # the hard map itself
+      requests.cpu: "4"
+      limits.memory: 8Gi
+    standard:
+      hard: {requests.cpu: "8", limits.memory: 16Gi, pods: "100"}
+      defaultLimits: {cpu: 500m, memory: 512Mi}    # LimitRange `default`
+      defaultRequests: {cpu: 100m, memory: 128Mi}  # LimitRange `defaultRequest`
+
+`hard` takes any ResourceQuota key. Every tier bounds what tenants share, so
+each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
+- `pods`, `services`, `secrets`, `configmaps`, `persistentvolumeclaims`:
+  how many such objects the namespace may hold (each one lives in etcd and
+  is watched by controllers); the `count/<resource>` spelling counts as
+  naming the key;
+- `requests.storage`: the sum of all volume claims' requested storage;
+- `services.nodeports`: Services of type NodePort (or LoadBalancer, which
+  allocates node ports too); a node port opens on every node, so 0 unless
+  the tier says otherwise;
+- `services.loadbalancers`: Services of type LoadBalancer, each a billed
+  cloud load balancer; 0 unless the tier says otherwise.
+A changed tier reaches existing workspaces on resume and with
+`tenant-gateway reconcile`.
+
+Quantities are kept as the strings Kubernetes accepts; the API server
+validates them, and `parse_tiers` catches the obvious mistakes at start-up so
+a typo never surfaces as a failed onboarding. `quantity_value` compares them
+as the API server does (it writes `1000m` back as `1`).
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import yaml
 
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[mkMGTPE]i?|Ki|u|n)?$")
+_EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # Pods that state no resources get these, so they still fit a quota that
 # demands requests/limits for cpu and memory.
 _DEFAULT_LIMITS = {"cpu": "500m", "memory": "512Mi"}
 _DEFAULT_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+
+
+# What every tier bounds unless it names the key itself (see the module
+# docstring). Generous for one person's workloads, small next to what one
+# etcd and one set of nodes can carry for many tenants.
+SHARED_BOUNDS: Mapping[str, str] = {
+    "pods": "50",
+    "services": "20",
+    "secrets": "50",
+    "configmaps": "50",
+    "persistentvolumeclaims": "10",
+    "requests.storage": "50Gi",
+    "services.nodeports": "0",
+    "services.loadbalancers": "0",
+}
+_OBJECT_COUNTS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims")
+_SUFFIXES = {
+    "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+}
+
+
+def quantity_value(text: str) -> Decimal:
+    """The amount a Kubernetes quantity stands for, so `1Gi` equals
+    `1073741824` and `0.5` equals `500m`. ValueError if it is not one."""
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    number, suffix = match.group(1), match.group(3) or ""
+    if _EXPONENT.match(suffix):
+        return Decimal(number) * Decimal(10) ** int(suffix[1:])
+    if suffix not in _SUFFIXES:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    return Decimal(number) * _SUFFIXES[suffix]
+
+
+def with_shared_bounds(hard: Mapping[str, str]) -> dict[str, str]:
+    """`hard` plus SHARED_BOUNDS for every key it does not name."""
+    bounded = dict(hard)
+    for key, value in SHARED_BOUNDS.items():
+        named = key in hard or (key in _OBJECT_COUNTS and f"count/{key}" in hard)
+        if not named:
+            bounded[key] = value
+    return bounded
 
 
 @dataclass(frozen=True)
@@ -39,7 +114,7 @@ class Tier:
 
 
 DEFAULT_TIERS: Mapping[str, Tier] = {
-    "basic": Tier("basic", {"requests.cpu": "4", "limits.memory": "8Gi"}),
+    "basic": Tier("basic", with_shared_bounds({"requests.cpu": "4", "limits.memory": "8Gi"})),
 }
 
 
@@ -57,7 +132,8 @@ def _quantities(where: str, value: Any) -> dict[str, str]:
 
 def parse_tiers(text: str) -> dict[str, Tier]:
     """Parse a tiers file. Each entry is either the `hard` map itself, or a
-    mapping with `hard` and optional `defaultLimits` / `defaultRequests`."""
+    mapping with `hard` and optional `defaultLimits` / `defaultRequests`;
+    every `hard` is completed with SHARED_BOUNDS."""
     loaded = yaml.safe_load(text)
     if not isinstance(loaded, dict) or not loaded:
         raise ValueError("must be a non-empty mapping of tier name to quota")
@@ -72,10 +148,10 @@ def parse_tiers(text: str) -> dict[str, Tier]:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
             tiers[name] = Tier(
                 name,
-                _quantities(f"{name}.hard", body["hard"]),
+                with_shared_bounds(_quantities(f"{name}.hard", body["hard"])),
                 _quantities(f"{name}.defaultLimits", body.get("defaultLimits", _DEFAULT_LIMITS)),
                 _quantities(f"{name}.defaultRequests", body.get("defaultRequests", _DEFAULT_REQUESTS)),
             )
         else:
-            tiers[name] = Tier(name, _quantities(f"{name}", body))
+            tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))
     return tiers

@@ -36,16 +36,36 @@ def canonical(text: str) -> str | None:
     return str(address)
 
 
-def client_address(peer: str | None, forwarded_for: str | None, trusted: frozenset[str]) -> str | None:
+def client_address(peer: str | None, forwarded_for: list[str], trusted: frozenset[str]) -> str | None:
+    """`forwarded_for`: every X-Forwarded-For line, in order. A proxy may
+    append a line of its own rather than extend the client's: the lines are
+    one list (RFC 9110 5.3), so a forged first line is never the rightmost."""
     address = canonical(peer) if peer else None
-    if address is None or address not in trusted or not forwarded_for:
+    hops = [hop for line in forwarded_for for hop in line.split(",")]
+    if address is None or address not in trusted or not hops:
         return address
-    for hop in reversed(forwarded_for.split(",")):
+    for hop in reversed(hops):
         candidate = canonical(hop)
         if candidate is None:
             return address  # garbage in the chain: believe only the socket
         if candidate not in trusted:
             return candidate
+    return address
+
+
+# One IPv6 subscriber gets a whole /64 (RFC 6177): counted per address, each
+# of its 2^64 addresses would get a limit of its own.
+_IPV6_SUBSCRIBER_PREFIX = 64
+
+
+def rate_subject(address: str | None) -> str:
+    """What a per-address rate limit counts: the address itself, but for
+    IPv6 the /64 it lies in."""
+    if address is None:
+        return "unknown"
+    parsed = ipaddress.ip_address(address)
+    if isinstance(parsed, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((parsed, _IPV6_SUBSCRIBER_PREFIX), strict=False))
     return address
 
 

@@ -2,11 +2,11 @@
 
 `create_app` registers routes and middlewares and owns every long-lived
 resource through `cleanup_ctx` (database pool, event listener, the gateway's
-Kubernetes client, the pass-through upstream, the heap trimmer), so start-up
-and shutdown order are explicit and tests build the very same app. Each
-cleanup step is bounded by what is left of the stop's deadline
-(proxy.draining), so a database or API server that is gone cannot hold the
-process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
+Kubernetes client, the pass-through upstream, the heap trimmer, the metrics
+listener), so start-up and shutdown order are explicit and tests build the
+very same app. Each cleanup step is bounded by what is left of the stop's
+deadline (proxy.draining), so a database or API server that is gone cannot
+hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from proxy.draining import Drain
 from proxy.errors import error_middleware, error_response
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
+from proxy.metrics_listener import metrics_listener
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
 from proxy.routes import accounts, health, workspaces
@@ -161,7 +162,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
         await trimmer.stop()
 
-    app.cleanup_ctx.extend([database, kubernetes, heap])
+    app.cleanup_ctx.extend([database, kubernetes, heap, metrics_listener(settings)])
     for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes):
         app.router.add_routes(table)
     setup_passthrough(app)

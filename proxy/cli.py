@@ -1,4 +1,4 @@
-"""`tenant-gateway serve | migrate | user create | check | dev`."""
+"""`tenant-gateway serve | migrate | user create | check | reconcile | dev`."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import NoReturn, Sequence
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database, start_embedded_postgres
-from provisioning.errors import GatewayError
+from provisioning.errors import ClusterUnavailable, GatewayError
 from provisioning.kube.client import KubeClient
 from provisioning.permissions import PermissionReport, probe_permissions
+from provisioning.reconciling import Reconciled, reconcile
 from provisioning.secrets import Secret
 from proxy.app import create_app, handler_args
 from proxy.auth import passwords
@@ -90,6 +91,34 @@ def cmd_check(settings: Settings) -> int:
     for line in report.lines():
         print(line)
     return 0 if report.ok else 1
+
+
+async def _reconcile(settings: Settings) -> list[Reconciled]:
+    kube = await KubeClient.from_kubeconfig(settings.kubeconfig)
+    try:
+        if not await kube.reachable():
+            raise ClusterUnavailable(f"the Kubernetes API server at {kube.endpoint.server} is unreachable")
+        db = await _with_database(database_dsn(settings), apply_migrations=False)
+        try:
+            return await reconcile(db, kube, settings.tiers)
+        finally:
+            await db.close()
+    finally:
+        await kube.close()
+
+
+def cmd_reconcile(settings: Settings) -> int:
+    """Existing workspaces to their tiers: one line per workspace changed
+    (nothing printed when all are up to date); 2 if the cluster or the
+    database cannot be reached."""
+    try:
+        reconciled = asyncio.run(_reconcile(settings))
+    except GatewayError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    for workspace in reconciled:
+        print(workspace.line())
+    return 0
 
 
 def cmd_migrate(settings: Settings) -> int:
@@ -200,6 +229,7 @@ def parser() -> argparse.ArgumentParser:
                          help="start even if the Kubernetes credential holds forbidden permissions (logged loudly)")
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser("check", help="check the gateway's own Kubernetes permissions")
+    sub.add_parser("reconcile", help="bring existing workspaces' quota, LimitRange and NetworkPolicy to their tiers")
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
     create = user.add_parser("create", help="create a user (bootstrap the first admin)")
     create.add_argument("--email", required=True)
@@ -220,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_migrate(settings)
     if args.command == "check":
         return cmd_check(settings)
+    if args.command == "reconcile":
+        return cmd_reconcile(settings)
     return cmd_user_create(settings, args)
 
 

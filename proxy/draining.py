@@ -6,7 +6,7 @@ and every new request are answered 503 with the contract's error
 through the load balancer to another replica); open watches and exec
 sessions are ended cleanly by the callbacks registered in `on_begin`; and
 `wait_idle` returns when the requests already in flight have finished, or
-when the drain time is up. Liveness (`/healthz`) and `/metrics` still answer:
+when the drain time is up. Liveness (`/healthz`) still answers (and `/metrics`, on its own listener):
 a pod that is stopping is not a dead pod.
 
 `Drain` also keeps the stop's deadline, which the cleanup steps share (see
@@ -27,7 +27,7 @@ from proxy.errors import error_response
 # Requests cancelled at the end of the drain get this long to send their 503.
 _OVERDUE_SECONDS = 0.5
 # Still answered while draining.
-_ALWAYS = frozenset({"/healthz", "/metrics"})
+_ALWAYS = frozenset({"/healthz"})
 
 
 class Drain:

@@ -20,6 +20,8 @@ EVENTS = web.AppKey("events", EventListener)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 DRAIN = web.AppKey("drain", Drain)
 """The graceful stop's state and deadline (proxy.draining)."""
+METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")
+"""Where the metrics listener is bound (host, port), once the app has started."""
 PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)
 """The CA written into issued kubeconfigs: GATEWAY_PUBLIC_CA_FILE, else the credential's."""
 

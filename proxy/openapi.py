@@ -91,7 +91,6 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},
         "/healthz": {"get": _op("Liveness", 200, auth=False)},
         "/readyz": {"get": _op("Readiness: database and API server reachable", 200, auth=False, errors=(503,))},
-        "/metrics": {"get": _op("Prometheus metrics", 200, auth=False, ok_type="text/plain")},
         "/k8s/{workspace_id}/{path}": {method: _k8s_errors(_op(
             "The Kubernetes API of the workspace, walled to its namespace", 200, errors=(400, 403, 404, 429, 502, 503),
             params=[_path_id("workspace_id"), {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}])

@@ -52,6 +52,13 @@ class RateLimit:
 class Settings:
     listen_host: str = "127.0.0.1"
     listen_port: int = 8080
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9091
+    """`/metrics` has a listener of its own (never the public one, which
+    answers 404 there): what tenants' pods can reach of the gateway is the
+    public listener, and request counts per route, stream gauges and token
+    results are not theirs to read. Loopback by default; a Deployment opens it
+    to Prometheus (0.0.0.0) behind a NetworkPolicy. Port 0: any free port."""
     database_url: Secret | None = None
     """None means dev mode: an embedded PostgreSQL under `data_dir`. A Secret
     because URLs carry passwords."""
@@ -80,6 +87,10 @@ class Settings:
     """Onboarding makes cluster objects: few per user per hour stops namespace exhaustion."""
     rate_login: RateLimit = RateLimit(10, 60)
     rate_register: RateLimit = RateLimit(10, 3600)
+    rate_kubeconfig: RateLimit = RateLimit(30, 60)
+    """Kubeconfig and token issuance per user: each is a TokenRequest and an audit row."""
+    max_streams_per_workspace: int = 100
+    """Open proxied streams (watch, logs, exec, attach, port-forward) per workspace; one more is 429."""
     proxy_token_refresh_margin_seconds: int = 600
     """Renew a cached tenant token when less than this remains (the spec's 10 min)."""
     proxy_token_ttl_seconds: int = 3600
@@ -106,11 +117,12 @@ class Settings:
 
 
 _KEYS = (
-    "GATEWAY_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",
+    "GATEWAY_LISTEN", "GATEWAY_METRICS_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",
     "GATEWAY_PUBLIC_SERVER", "GATEWAY_PUBLIC_CA_FILE", "GATEWAY_SESSION_SECRET",
     "GATEWAY_CORS_ORIGINS", "GATEWAY_TIERS_FILE", "GATEWAY_TENANT_CLUSTERROLE",
     "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
     "GATEWAY_REGISTRATION", "GATEWAY_RATE_INIT", "GATEWAY_RATE_LOGIN", "GATEWAY_RATE_REGISTER",
+    "GATEWAY_RATE_KUBECONFIG", "GATEWAY_MAX_STREAMS_PER_WORKSPACE",
     "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE",
     "GATEWAY_SHUTDOWN_DRAIN_SECONDS", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS",
 )
@@ -130,10 +142,10 @@ def _merge(env: Mapping[str, str], config_text: str | None) -> dict[str, str]:
     return merged
 
 
-def _listen(text: str) -> tuple[str, int]:
+def _listen(text: str, name: str = "GATEWAY_LISTEN") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise SettingsError("GATEWAY_LISTEN must be host:port")
+        raise SettingsError(f"{name} must be host:port")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -174,6 +186,8 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     kwargs: dict[str, Any] = {}
     if "GATEWAY_LISTEN" in values:
         kwargs["listen_host"], kwargs["listen_port"] = _listen(values["GATEWAY_LISTEN"])
+    if "GATEWAY_METRICS_LISTEN" in values:
+        kwargs["metrics_host"], kwargs["metrics_port"] = _listen(values["GATEWAY_METRICS_LISTEN"], "GATEWAY_METRICS_LISTEN")
     if "GATEWAY_DATABASE_URL" in values:
         url = values["GATEWAY_DATABASE_URL"]
         if urlsplit(url).scheme not in ("postgres", "postgresql"):
@@ -210,12 +224,15 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     if "GATEWAY_TRUSTED_PROXIES" in values:
         kwargs["trusted_proxies"] = _addresses(values["GATEWAY_TRUSTED_PROXIES"])
     for key, name in (("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds"),
-                      ("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds")):
+                      ("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds"),
+                      ("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace")):
         if key in values:
             try:
                 kwargs[name] = int(values[key])
             except ValueError:
-                raise SettingsError(f"{key} must be a whole number of seconds") from None
+                raise SettingsError(f"{key} must be a whole number") from None
+    if kwargs.get("max_streams_per_workspace", 1) < 1:
+        raise SettingsError("GATEWAY_MAX_STREAMS_PER_WORKSPACE must be at least 1")
     ttl = kwargs.get("token_ttl_seconds", MAX_TOKEN_TTL_SECONDS)
     if ttl > MAX_TOKEN_TTL_SECONDS:
         raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS may not exceed {MAX_TOKEN_TTL_SECONDS} (a hard limit)")
@@ -226,11 +243,14 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     if "GATEWAY_REGISTRATION" in values:
         kwargs["registration_enabled"] = _bool("GATEWAY_REGISTRATION", values["GATEWAY_REGISTRATION"])
     for key, name in (("GATEWAY_RATE_INIT", "rate_init"), ("GATEWAY_RATE_LOGIN", "rate_login"),
-                      ("GATEWAY_RATE_REGISTER", "rate_register")):
+                      ("GATEWAY_RATE_REGISTER", "rate_register"), ("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig")):
         if key in values:
             kwargs[name] = RateLimit.parse(key, values[key])
     kwargs.update(_shutdown(values))
-    return Settings(**kwargs)
+    settings = Settings(**kwargs)
+    if settings.metrics_port == settings.listen_port != 0:
+        raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
+    return settings
 
 
 def _seconds(key: str, text: str) -> float:

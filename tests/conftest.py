@@ -118,6 +118,7 @@ def gateway_env(cluster: LocalCluster, database_url: str) -> dict[str, str]:
         "GATEWAY_RATE_INIT": "1000/60",
         "GATEWAY_RATE_LOGIN": "1000/60",
         "GATEWAY_RATE_REGISTER": "1000/60",
+        "GATEWAY_METRICS_LISTEN": "127.0.0.1:0",  # many gateways per process: each its own port
     }
 
 

@@ -34,6 +34,7 @@ class Principal:
     user: User
     session_id: uuid.UUID
     via_cookie: bool
+    session_expires_at: datetime.datetime
 
 
 def presented_token(request: web.Request) -> tuple[str, bool] | None:
@@ -96,4 +97,4 @@ class Authenticator:
                 self._secret, claims.session_id, request.headers.get(sessions.CSRF_HEADER),
                 request.cookies.get(sessions.CSRF_COOKIE)):
             raise Forbidden("cookie-authenticated writes need the X-CSRF-Token header", code="csrf_failed")
-        return Principal(user, claims.session_id, via_cookie)
+        return Principal(user, claims.session_id, via_cookie, claims.expires_at)

@@ -67,6 +67,13 @@ async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str
 
 
 async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+    if not ticket.decision.long_running:
+        return await _relay_http(request, ticket, None)
+    with ticket.passthrough.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+        return await _relay_http(request, ticket, stream)
+
+
+async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | None) -> web.StreamResponse:
     token = await ticket.token()
     upstream = await _send(ticket, request, token)
     if upstream.status == 401 and not request.body_exists:
@@ -83,11 +90,7 @@ async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse
         kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
         response = kind(status=upstream.status, reason=upstream.reason,
                         headers=downstream_response_headers(upstream.headers))
-        if ticket.decision.long_running:
-            with ticket.passthrough.streams.track(ticket.workspace.id) as stream:
-                await _stream(request, response, upstream, stream)
-        else:
-            await _stream(request, response, upstream)
+        await _stream(request, response, upstream, stream)
     finally:
         upstream.close()  # nothing left to do once the body was read to its end
     return response

@@ -1,36 +1,62 @@
-"""Open long-running streams per workspace, so suspension and shutdown can end them.
+"""Open long-running streams, so they end when their right to exist ends,
+and end cleanly when the gateway stops.
 
 RBAC is checked when a request starts: a watch, log follow or exec opened
 before a suspension would otherwise run on. Each relay registers its own
-task. There are two ways to end one:
+task with what authorised it (workspace, session, user). There are two ways
+to end one:
 
-- `cut` (suspension, a lost event listener): the task is cancelled, which
-  closes both the client's connection and the upstream one at once. Nothing
-  more may reach a client whose access was just revoked.
-- `end_all` (shutdown): the stream is marked `ending` and then cancelled; the
-  relay catches that cancellation and ends its answer the way the API server
-  ends one (a watch's chunked body terminated after a whole event, a
+- a cut: the task is cancelled, which closes both the client's connection
+  and the upstream one at once; nothing more may reach a client whose access
+  was just revoked. Streams are cut when their workspace changes
+  (suspension), their session is revoked (logout) or reaches its expiry (a
+  timer per stream), or their user changes (suspension; a password change
+  ends them too). The events arrive on every replica through PostgreSQL
+  NOTIFY (provisioning.events).
+- `end_all` (shutdown): the stream is marked `ending` and then cancelled;
+  the relay catches that cancellation and ends its answer the way the API
+  server ends one (a watch's chunked body terminated after a whole event, a
   WebSocket closed with 1001 "going away"), so clients reconnect elsewhere
   without reporting an error.
+
+Each stream holds an upstream connection and a TLS session on both legs, so
+a workspace may hold at most `max_per_workspace` at once: `track` refuses
+one more (429) before anything is opened upstream, and cuts nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import uuid
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
+from provisioning.errors import RateLimited
 from proxy.metrics import Metrics
 
+# A stream ends when a client closes it; a moment is a fair guess at when one will.
+_RETRY_AFTER_SECONDS = 5
 _ENDING = "the gateway is shutting down"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What authorised a stream; any of them ending ends it."""
+
+    workspace_id: uuid.UUID
+    session_id: uuid.UUID
+    user_id: uuid.UUID
+    session_expires_at: datetime.datetime
 
 
 class Stream:
     """One open relay, as its task sees it."""
 
-    def __init__(self, task: "asyncio.Task[object]") -> None:
+    def __init__(self, task: "asyncio.Task[object]", owner: Owner) -> None:
         self.task = task
+        self.owner = owner
         self.ending = False
 
     def take_end(self) -> bool:
@@ -42,54 +68,73 @@ class Stream:
         self.task.uncancel()
         return True
 
+    def cut(self, why: str) -> None:
+        self.ending = False  # a cut wins over a clean end
+        self.task.cancel(why)
+
+    def end(self) -> None:
+        if not self.ending:
+            self.ending = True
+            self.task.cancel(_ENDING)
+
 
 class StreamRegistry:
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, max_per_workspace: int) -> None:
         self._open: dict[uuid.UUID, dict[asyncio.Task[object], Stream]] = {}
         self._metrics = metrics
+        self._max = max_per_workspace
         self.closing = False
 
     @contextlib.contextmanager
-    def track(self, workspace_id: uuid.UUID) -> Iterator[Stream]:
+    def track(self, owner: Owner) -> Iterator[Stream]:
         task = asyncio.current_task()
         assert task is not None
-        stream = Stream(task)
-        streams = self._open.setdefault(workspace_id, {})
-        streams[task] = stream
+        streams = self._open.setdefault(owner.workspace_id, {})
+        if len(streams) >= self._max:
+            if not streams:
+                self._open.pop(owner.workspace_id, None)
+            self._metrics.rate_limited.labels(limit="streams").inc()
+            raise RateLimited(_RETRY_AFTER_SECONDS, f"this workspace already has {self._max} open streams "
+                                                    "(watch, logs, exec, attach, port-forward); close one first")
+        stream = streams[task] = Stream(task, owner)
+        left = (owner.session_expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+        expiry = asyncio.get_running_loop().call_later(max(left, 0.0), stream.cut, "session expired")
         self._metrics.open_streams.inc()
         try:
             if self.closing:  # opened during the drain: end it at its first wait
-                self._end(stream)
+                stream.end()
             yield stream
         finally:
+            expiry.cancel()
             self._metrics.open_streams.dec()
             streams.pop(task, None)
             if not streams:
-                self._open.pop(workspace_id, None)
+                self._open.pop(owner.workspace_id, None)
 
     def cut(self, workspace_id: uuid.UUID) -> int:
-        streams = self._open.get(workspace_id, {})
-        for stream in list(streams.values()):
-            stream.ending = False  # a cut wins over a clean end
-            stream.task.cancel("workspace suspended")
-        return len(streams)
+        return self._cut_where(lambda owner: owner.workspace_id == workspace_id, "workspace changed")
+
+    def cut_session(self, session_id: uuid.UUID) -> int:
+        return self._cut_where(lambda owner: owner.session_id == session_id, "session ended")
+
+    def cut_user(self, user_id: uuid.UUID) -> int:
+        return self._cut_where(lambda owner: owner.user_id == user_id, "user changed")
 
     def cut_all(self) -> None:
-        for workspace_id in list(self._open):
-            self.cut(workspace_id)
+        self._cut_where(lambda owner: True, "every stream cut")
+
+    def _cut_where(self, matches: Callable[[Owner], bool], why: str) -> int:
+        chosen = [stream for streams in self._open.values() for stream in streams.values() if matches(stream.owner)]
+        for stream in chosen:
+            stream.cut(why)
+        return len(chosen)
 
     def end_all(self) -> None:
         """Shutdown: end every open stream cleanly, and any opened from now on."""
         self.closing = True
         for streams in list(self._open.values()):
             for stream in list(streams.values()):
-                self._end(stream)
-
-    @staticmethod
-    def _end(stream: Stream) -> None:
-        if not stream.ending:
-            stream.ending = True
-            stream.task.cancel(_ENDING)
+                stream.end()
 
     def count(self, workspace_id: uuid.UUID) -> int:
         return len(self._open.get(workspace_id, ()))

@@ -14,7 +14,7 @@ from provisioning.models import AuditEvent, Workspace
 from proxy.auth.authenticating import Principal
 from proxy.metrics import Metrics
 from proxy.passthrough.routing import Decision
-from proxy.passthrough.streams import StreamRegistry
+from proxy.passthrough.streams import Owner, StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.upstream import Upstream
 from proxy.token_cache import TenantTokenCache, TokenKey
@@ -52,6 +52,12 @@ class Ticket:
             service_account_uid=self.workspace.service_account_uid or "",
             audience="",
         )
+
+    @property
+    def owner(self) -> Owner:
+        """What authorised this request, for a stream's lifetime."""
+        return Owner(self.workspace.id, self.principal.session_id, self.principal.user.id,
+                     self.principal.session_expires_at)
 
     async def token(self) -> str:
         return await self.passthrough.tokens.get(self.key)

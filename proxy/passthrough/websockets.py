@@ -19,6 +19,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
 from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.routing import stream_target
+from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.upstream import RedirectRefused
 
@@ -93,6 +94,11 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
+    with ticket.passthrough.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+        return await _relay_websocket(request, ticket, stream)
+
+
+async def _relay_websocket(request: web.Request, ticket: Ticket, stream: Stream) -> web.StreamResponse:
     token = await ticket.token()
     if ticket.decision.is_exec:
         # Before the handshake, which is what starts the process in the pod:
@@ -110,23 +116,22 @@ async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamRes
     client = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
                                    autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=False,
                                    timeout=_CLOSE_SECONDS)
-    with ticket.passthrough.streams.track(ticket.workspace.id) as stream:
-        code, message = WSCloseCode.OK, b""
+    code, message = WSCloseCode.OK, b""
+    try:
+        await client.prepare(request)
+        down = asyncio.create_task(_pump(upstream, client))
+        up = asyncio.create_task(_pump(client, upstream))
         try:
-            await client.prepare(request)
-            down = asyncio.create_task(_pump(upstream, client))
-            up = asyncio.create_task(_pump(client, upstream))
-            try:
-                await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                if not stream.take_end():
-                    raise
-                code, message = WSCloseCode.GOING_AWAY, GOING_AWAY_REASON
-            finally:
-                for task in (down, up):
-                    task.cancel()
-                await asyncio.gather(down, up, return_exceptions=True)
+            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if not stream.take_end():
+                raise
+            code, message = WSCloseCode.GOING_AWAY, GOING_AWAY_REASON
         finally:
-            await upstream.close()
-            await client.close(code=code, message=message)
+            for task in (down, up):
+                task.cancel()
+            await asyncio.gather(down, up, return_exceptions=True)
+    finally:
+        await upstream.close()
+        await client.close(code=code, message=message)
     return client

@@ -11,7 +11,7 @@ API server.
 from __future__ import annotations
 
 import uuid
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from aiohttp import web
 
@@ -103,13 +103,21 @@ def setup_passthrough(app: web.Application) -> None:
             on_hit=metrics.token_cache_hits.inc,
             on_fetch=lambda result: metrics.token_requests.labels(result=result).inc(),
         )
-        streams = StreamRegistry(metrics)
+        streams = StreamRegistry(metrics, settings.max_streams_per_workspace)
 
         def on_change(workspace_id: uuid.UUID, namespace: str) -> None:
             # Any change (suspend, resume, new ServiceAccount): forget and cut.
             streams.cut(workspace_id)
             tokens.evict_namespace(namespace)
 
+        def on_identity_event(message: dict[str, Any]) -> None:
+            # Logout or a session's revocation, a user's suspension: their streams end.
+            if message.get("kind") == "session_revoked":
+                streams.cut_session(uuid.UUID(message["id"]))
+            elif message.get("kind") == "user_changed":
+                streams.cut_user(uuid.UUID(message["id"]))
+
+        app[keys.EVENTS].subscribe(on_identity_event)
         directory = WorkspaceDirectory(app[keys.DATABASE], app[keys.EVENTS], on_change=on_change,
                                        on_reset=streams.cut_all)
         upstream = Upstream(kube.endpoint.server, kube.endpoint.ca_pem)

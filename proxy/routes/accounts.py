@@ -13,7 +13,8 @@ from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
 from proxy.auth import passwords, sessions
-from proxy.routes.common import ID_SEGMENT, admin, client_ip, principal, read_json, uuid_from
+from proxy.addresses import rate_subject
+from proxy.routes.common import ID_SEGMENT, admin, bounded_string, client_ip, principal, read_json, uuid_from
 
 routes = web.RouteTableDef()
 
@@ -21,10 +22,11 @@ routes = web.RouteTableDef()
 # mail system's business; this only stops garbage at the door.
 _EMAIL = re.compile(r"^[^@\s\x00-\x1f]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$")
 _INVALID_LOGIN = "invalid email or password"
+MAX_EMAIL_LENGTH = 254  # RFC 5321's path limit
 
 
 def valid_email(value: object) -> str:
-    if not isinstance(value, str) or len(value) > 254 or not _EMAIL.match(value.strip()):
+    if not isinstance(value, str) or len(value) > MAX_EMAIL_LENGTH or not _EMAIL.match(value.strip()):
         raise BadRequest("email must be a valid address", code="invalid_email")
     return value.strip()
 
@@ -39,7 +41,7 @@ async def register(request: web.Request) -> web.Response:
     email = valid_email(body.get("email"))
     password = passwords.check_policy(body.get("password"), email)
     await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], settings.rate_register,
-                            {"register": ip or "unknown"})
+                            {"register": rate_subject(ip)})
     password_hash = await passwords.hash_password(password)
     # One transaction: an account whose audit row failed would answer 503 and
     # then 409 on retry, a half-success.
@@ -62,11 +64,12 @@ async def login(request: web.Request) -> web.Response:
     app, ip = request.app, client_ip(request)
     settings, db = app[keys.SETTINGS], app[keys.DATABASE]
     body = await read_json(request)
-    email, password = body.get("email"), body.get("password")
-    if not isinstance(email, str) or not isinstance(password, str) or len(password) > passwords.MAX_LENGTH:
-        raise BadRequest("email and password are required strings", code="invalid_credentials_format")
+    # Bounded before anything is keyed on them: an overlong email would
+    # otherwise reach the rate-limit table's index and fail there (a 500).
+    email = bounded_string(body.get("email"), "email", MAX_EMAIL_LENGTH, code="invalid_credentials_format")
+    password = bounded_string(body.get("password"), "password", passwords.MAX_LENGTH, code="invalid_credentials_format")
     await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login,
-                            {"login": ip or "unknown", "login-email": email.strip().lower()})
+                            {"login": rate_subject(ip), "login-email": email.strip().lower()})
     found = await repo.user_with_hash_by_email(db, email.strip())
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)

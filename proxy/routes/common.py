@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge
+from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, UnsupportedMediaType
 from proxy import keys
 from proxy.addresses import client_address, public_scheme
 from proxy.auth.authenticating import Principal
@@ -44,7 +44,7 @@ def _peer_host(request: web.Request) -> str | None:
 
 
 def client_ip(request: web.Request) -> str | None:
-    return client_address(_peer_host(request), request.headers.get("X-Forwarded-For"),
+    return client_address(_peer_host(request), request.headers.getall("X-Forwarded-For", []),
                           request.app[keys.SETTINGS].trusted_proxies)
 
 
@@ -66,6 +66,10 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
         if allow_empty:
             return {}
         raise BadRequest("a JSON object body is required", code="invalid_json")
+    # A cross-site form can post text/plain (or a form encoding) that parses
+    # as JSON without a CORS preflight; application/json cannot be sent so.
+    if request.content_type != "application/json" or (request.charset or "utf-8").lower() != "utf-8":
+        raise UnsupportedMediaType("the body must be application/json (UTF-8)")
     try:
         body = json.loads(raw)
         # JSON escapes can smuggle lone surrogates (\ud800) that are not
@@ -76,6 +80,16 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", code="invalid_json")
     return body
+
+
+def bounded_string(value: object, name: str, max_length: int, *, code: str) -> str:
+    """A string field of a body or query, at most `max_length` characters:
+    anything longer is a client's mistake (400), never a database's error."""
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string", code=code)
+    if len(value) > max_length:
+        raise BadRequest(f"{name} is longer than {max_length} characters", code=code)
+    return value
 
 
 def uuid_from(text: str | None, what: str) -> uuid.UUID:

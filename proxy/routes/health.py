@@ -1,4 +1,5 @@
-"""Liveness, readiness and metrics: unauthenticated, and cheap."""
+"""Liveness and readiness: unauthenticated, and cheap. (Metrics have a
+listener of their own: proxy/metrics_listener.py.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import asyncio
 from aiohttp import web
 
 from proxy import keys
-from proxy.metrics import CONTENT_TYPE_LATEST
 
 routes = web.RouteTableDef()
 
@@ -28,11 +28,3 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok" if ready else "unavailable", "checks": checks},
                              status=200 if ready else 503)
 
-
-@routes.get("/metrics")
-async def metrics(request: web.Request) -> web.Response:
-    metrics = request.app[keys.METRICS]
-    metrics.loop_tasks.set(len(asyncio.all_tasks()))
-    metrics.requests_in_flight.set(request.app[keys.DRAIN].in_flight)
-    body = metrics.exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

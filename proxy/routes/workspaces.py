@@ -9,9 +9,13 @@ from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden, NotFound
 from provisioning.models import Workspace
 from proxy import keys, ratelimit
-from proxy.routes.common import ID_SEGMENT, admin, client_ip, principal, query_flag, query_uuid, read_json, uuid_from
+from proxy.addresses import rate_subject
+from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, query_flag, query_uuid,
+                                 read_json, uuid_from)
 
 routes = web.RouteTableDef()
+_MAX_TIER_NAME = 63  # a DNS label, as provisioning.tiers requires
+_MAX_AUDIT_ACTION = 64
 
 
 def _with_quota(request: web.Request, workspace: Workspace) -> dict[str, object]:
@@ -25,15 +29,13 @@ async def init_workspace(request: web.Request) -> web.Response:
     app, ip = request.app, client_ip(request)
     settings, db = app[keys.SETTINGS], app[keys.DATABASE]
     body = await read_json(request, allow_empty=True)
-    tier = body.get("tier", "basic")
-    if not isinstance(tier, str):
-        raise BadRequest("tier must be a string", code="unknown_tier")
+    tier = bounded_string(body.get("tier", "basic"), "tier", _MAX_TIER_NAME, code="unknown_tier")
     if tier not in settings.tiers:
         raise BadRequest(f"unknown tier {tier!r}; known: {', '.join(sorted(settings.tiers))}", code="unknown_tier")
     result = await onboarding.onboarded_already(db, who.user, tier, tiers=settings.tiers)
     if result is None:  # only calls that may make something count against the limit
         await ratelimit.enforce(db, app[keys.METRICS], settings.rate_init,
-                                {"init": str(who.user.id), "init-address": ip or "unknown"})
+                                {"init": str(who.user.id), "init-address": rate_subject(ip)})
         result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
                                           cluster_role=settings.tenant_clusterrole, ip_address=ip)
     return web.json_response(result.workspace.public(result.tier.summary()),
@@ -56,6 +58,9 @@ async def kubeconfig(request: web.Request) -> web.Response:
     who = await principal(request)
     app = request.app
     settings, kube = app[keys.SETTINGS], app[keys.KUBE]
+    # Each issuance is a TokenRequest and a durable audit row.
+    await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], settings.rate_kubeconfig,
+                            {"kubeconfig": str(who.user.id)})
     raw_id = request.query.get("workspace_id")
     workspace_id = uuid_from(raw_id, "workspace") if raw_id else None
     text = await credentials.issue_kubeconfig(
@@ -111,7 +116,7 @@ async def audit(request: web.Request) -> web.Response:
         request.app[keys.DATABASE],
         workspace_id=query_uuid(request, "workspace_id"),
         user_id=query_uuid(request, "user_id"),
-        action=query.get("action") or None,
+        action=bounded_string(query.get("action", ""), "action", _MAX_AUDIT_ACTION, code="invalid_query") or None,
         limit=limit,
     )
     return web.json_response(rows)

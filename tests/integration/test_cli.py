@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from devstack.cluster import LocalCluster
+from provisioning import manifests
+from provisioning.tiers import DEFAULT_TIERS
+from tests import kubeclients
+from tests.attacks.tenants import made_long_ago, onboard
 from tests.gatewayclient import PASSWORD, login
 
 pytestmark = pytest.mark.cluster
@@ -42,6 +51,7 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
     """The shipped ClusterRole held by an account the confinement policy does
     not cover: RBAC alone would let it act in kube-system."""
     cluster.kubectl_run("create", "namespace", "unconfined", check=False)
+    cluster.kubectl_run("apply", "-f", "-", input=json.dumps(manifests.namespace(f"tenant-{uuid.uuid4()}", "x")))
     cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
     cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
                         "--serviceaccount=unconfined:gateway-copy", check=False)
@@ -51,9 +61,33 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
     (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
     assert result.returncode == 1
-    assert result.stdout.splitlines() == ["excessive: writes outside tenant namespaces are admitted: "
-                                          "ValidatingAdmissionPolicy tenant-gateway-confined "
-                                          "(deploy/kubernetes/admission.yaml) is not in force for this credential"]
+    lines = result.stdout.splitlines()
+    assert "excessive: writes outside tenant namespaces are admitted: ValidatingAdmissionPolicy tenant-gateway-confined " \
+           "(deploy/kubernetes/admission.yaml) is not in force for this credential" in lines
+    assert any(line.startswith("excessive: namespaces with ownerReferences can be created") for line in lines)
+    # Once a tenant namespace exists, re-parenting it and adding finalizers are proven refused too.
+    assert any(line.startswith("excessive: tenant namespaces can be re-parented") for line in lines)
+    assert all(line.startswith("excessive:") and "tenant-gateway-confined" in line for line in lines), lines
+
+
+def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    """A cluster where one of the tenant walls was never installed (or was
+    deleted): the gateway must not start on it."""
+    shown = json.loads(cluster.kubectl_run("get", "validatingadmissionpolicybinding",
+                                           "tenant-gateway-no-external-names", "-o", "json").stdout)
+    # As shipped: without the server's fields (a resourceVersion kept in
+    # apply's last-applied annotation would break the next `kubectl apply`).
+    binding = {"apiVersion": shown["apiVersion"], "kind": shown["kind"], "spec": shown["spec"],
+               "metadata": {"name": shown["metadata"]["name"], "labels": shown["metadata"].get("labels", {})}}
+    cluster.kubectl_run("delete", "validatingadmissionpolicybinding", "tenant-gateway-no-external-names")
+    try:
+        result = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("create", "-f", "-", input=json.dumps(binding))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        "excessive: ValidatingAdmissionPolicy tenant-gateway-no-external-names (deploy/kubernetes/admission.yaml) "
+        "has no binding that denies in every namespace it guards"]
 
 
 def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
@@ -147,3 +181,50 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
     finally:
         if process.poll() is None:
             process.kill()
+
+
+async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
+        cluster: LocalCluster, gateway: Any, gateway_env: dict[str, str], tmp_path: Path) -> None:
+    """A workspace made before its tier bounded object counts, node ports and
+    storage, and missing its network isolation: reconcile converges it,
+    says so in one line, and has nothing to say the second time."""
+    untouched = await onboard(gateway, tmp_path)
+    old = await onboard(gateway, tmp_path)
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    made_long_ago(admin, old)
+    cluster.kubectl_run("-n", old.namespace, "delete", "networkpolicy", manifests.ISOLATION_NAME)
+
+    first = run(gateway_env, "reconcile")
+    assert first.returncode == 0, first.stdout + first.stderr
+    (line,) = first.stdout.splitlines()
+    assert line.startswith(f"{old.workspace_id} {old.namespace}: ResourceQuota {manifests.QUOTA_NAME} "), line
+    assert "services.nodeports unset -> 0" in line and "configmaps unset -> 50" in line
+    assert line.endswith(f"; NetworkPolicy {manifests.ISOLATION_NAME} created"), line
+    assert untouched.workspace_id not in first.stdout
+    hard = DEFAULT_TIERS["basic"].hard
+    assert admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, old.namespace).spec.hard == dict(hard)
+
+    again = run(gateway_env, "reconcile")
+    assert (again.returncode, again.stdout) == (0, ""), again.stdout + again.stderr
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env: dict[str, str],
+                                             tmp_path: Path) -> None:
+    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{closed_port()}"
+    (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    no_cluster = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig")}, "reconcile")
+    assert no_cluster.returncode == 2 and no_cluster.stdout == ""
+    assert no_cluster.stderr.startswith("error: the Kubernetes API server at https://127.0.0.1:"), no_cluster.stderr
+    assert "unreachable" in no_cluster.stderr
+
+    no_database = run({**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{closed_port()}/gw"},
+                      "reconcile")
+    assert no_database.returncode == 2 and no_database.stdout == ""
+    assert no_database.stderr == "error: the database is unreachable; retry later\n", no_database.stderr

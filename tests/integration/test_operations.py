@@ -12,6 +12,7 @@ import yaml
 from devstack.cluster import CLUSTERROLES, REPO_ROOT, LocalCluster
 from proxy import openapi
 from tests.gatewayclient import register_and_login
+from tests.integration.test_proxy import metrics_text
 
 pytestmark = pytest.mark.cluster
 DEPLOY = REPO_ROOT / "deploy" / "kubernetes"
@@ -23,7 +24,8 @@ def test_manifests_pass_a_server_side_dry_run(cluster: LocalCluster) -> None:
     assert result.returncode == 0, result.stderr
     applied = result.stdout
     for kind in ("deployment.apps/tenant-gateway", "poddisruptionbudget.policy/tenant-gateway",
-                 "service/tenant-gateway", "networkpolicy.networking.k8s.io/tenant-gateway",
+                 "service/tenant-gateway", "service/tenant-gateway-metrics",
+                 "networkpolicy.networking.k8s.io/tenant-gateway",
                  "clusterrole.rbac.authorization.k8s.io/tenant-gateway",
                  "clusterrolebinding.rbac.authorization.k8s.io/tenant-gateway"):
         assert kind in applied, applied
@@ -47,12 +49,31 @@ def test_the_suite_runs_on_the_clusterrole_the_manifests_ship(cluster: LocalClus
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
+def test_the_manifests_say_how_prometheus_reaches_the_metrics_and_keep_tenants_out() -> None:
+    pod = yaml.safe_load((DEPLOY / "deployment.yaml").read_text())["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GATEWAY_METRICS_LISTEN"] == f"0.0.0.0:{ports['metrics']}"
+    assert env["GATEWAY_LISTEN"] == f"0.0.0.0:{ports['http']}" and ports["http"] != ports["metrics"]
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(ports["metrics"])
+    services = {d["metadata"]["name"]: d for d in yaml.safe_load_all((DEPLOY / "service.yaml").read_text())}
+    assert [p["targetPort"] for p in services["tenant-gateway"]["spec"]["ports"]] == ["http"]
+    assert [p["targetPort"] for p in services["tenant-gateway-metrics"]["spec"]["ports"]] == ["metrics"]
+    policy = yaml.safe_load((DEPLOY / "networkpolicy.yaml").read_text())["spec"]
+    (metrics_rule,) = [r for r in policy["ingress"] if {"protocol": "TCP", "port": ports["metrics"]} in r["ports"]]
+    (source,) = metrics_rule["from"]  # one named namespace, never a tenant's
+    selector = source["namespaceSelector"]
+    assert set(selector["matchLabels"]) == {"kubernetes.io/metadata.name"} and "podSelector" not in source
+    assert {"key": "tenant-gateway.io/workspace-id", "operator": "DoesNotExist"} in selector["matchExpressions"]
+
+
 async def test_metrics_expose_the_named_series(gateway: Any) -> None:
     user = await register_and_login(gateway)
     workspace = await user.init()
     await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
     await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
-    text = await (await gateway.get("/metrics")).text()
+    text = await metrics_text(gateway)
     for name in ("tenant_gateway_requests_total", "tenant_gateway_token_requests_total",
                  "tenant_gateway_token_cache_hits_total", "tenant_gateway_proxy_open_streams",
                  "tenant_gateway_request_duration_seconds_bucket", "tenant_gateway_suspensions_total",

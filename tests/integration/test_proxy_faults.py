@@ -13,6 +13,7 @@ from aiohttp import web
 from devstack.cluster import LocalCluster
 from provisioning.kube.client import ClusterEndpoint, KubeClient
 from tests.gatewayclient import register_and_login
+from tests.integration.test_proxy import metrics_text
 
 pytestmark = pytest.mark.cluster
 
@@ -97,7 +98,7 @@ async def test_upstream_redirects_are_relayed_never_followed(
             with pytest.raises(aiohttp.ClientPayloadError):
                 await answer.read()
         await asyncio.sleep(0.1)
-        assert 'tenant_gateway_proxy_open_streams 0.0' in await (await gateway.get("/metrics")).text()
+        assert 'tenant_gateway_proxy_open_streams 0.0' in await metrics_text(gateway)
     finally:
         await real.close()
 
@@ -109,11 +110,11 @@ async def test_client_disconnect_closes_the_upstream_watch(cluster: LocalCluster
     watch = await user.call("GET", path)
     assert watch.status == 200
     await asyncio.sleep(0.3)
-    metrics = await (await gateway.get("/metrics")).text()
+    metrics = await metrics_text(gateway)
     assert "tenant_gateway_proxy_open_streams 1.0" in metrics
     watch.close()  # the client goes away mid-watch
     for _ in range(50):
         await asyncio.sleep(0.1)
-        if "tenant_gateway_proxy_open_streams 0.0" in await (await gateway.get("/metrics")).text():
+        if "tenant_gateway_proxy_open_streams 0.0" in await metrics_text(gateway):
             return
     raise AssertionError("the relay kept the upstream watch open after the client left")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
+from typing import Any
 
 import jwt
 import pytest
@@ -16,10 +17,11 @@ from provisioning import manifests
 from provisioning.errors import Unauthenticated
 from provisioning.kube.tokens import credential_id
 from provisioning.kubeconfig import render_kubeconfig
-from provisioning.permissions import FORBIDDEN, UNCONFINED, Permission, evaluate, required_permissions
+from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes, evaluate,
+                                      policy_gaps, required_permissions)
 from provisioning.secrets import Secret
-from provisioning.tiers import parse_tiers
-from proxy.addresses import client_address, public_scheme
+from provisioning.tiers import SHARED_BOUNDS, parse_tiers
+from proxy.addresses import client_address, public_scheme, rate_subject
 from proxy.logs import MalformedRequestsAreWarnings
 from proxy.auth import sessions
 from proxy.ratelimit import retry_after
@@ -33,12 +35,16 @@ def test_settings_defaults_follow_the_contract() -> None:
     settings = load_settings({})
     assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 8080)
     assert settings.dev_mode and settings.token_ttl_seconds == 7200
-    assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi"}
+    assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi", **SHARED_BOUNDS}
     assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
     # Under the deployment's terminationGracePeriodSeconds (30) minus its preStop delay (5).
     assert (settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds) == (5.0, 20.0)
     tuned = load_settings({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "1.5", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "4"})
     assert (tuned.shutdown_drain_seconds, tuned.shutdown_timeout_seconds) == (1.5, 4.0)
+    assert (settings.rate_kubeconfig.limit, settings.rate_kubeconfig.window_seconds) == (30, 60)
+    assert settings.max_streams_per_workspace == 100
+    limits = load_settings({"GATEWAY_RATE_KUBECONFIG": "2/10", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "3"})
+    assert (limits.rate_kubeconfig.limit, limits.max_streams_per_workspace) == (2, 3)
 
 
 @pytest.mark.parametrize("env, words", [
@@ -60,6 +66,9 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "0"}, "more than 0"),
     ({"GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "5.5"}, "by at least 1 s"),
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "30", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "30"}, "by at least 1 s"),
+    ({"GATEWAY_RATE_KUBECONFIG": "0/60"}, "positive"),
+    ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "0"}, "at least 1"),
+    ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "many"}, "whole number"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
     with pytest.raises(SettingsError) as refused:
@@ -79,6 +88,18 @@ def test_yaml_config_and_environment_precedence() -> None:
 def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
     settings = load_settings({**DB, "GATEWAY_TRUSTED_PROXIES": "::ffff:10.0.0.1, 2001:DB8::1"})
     assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
+
+
+def test_metrics_have_a_listener_of_their_own() -> None:
+    settings = load_settings({})
+    assert (settings.metrics_host, settings.metrics_port) == ("127.0.0.1", 9091)
+    moved = load_settings({"GATEWAY_METRICS_LISTEN": "0.0.0.0:9100", "GATEWAY_LISTEN": "0.0.0.0:9091"})
+    assert (moved.metrics_host, moved.metrics_port, moved.listen_port) == ("0.0.0.0", 9100, 9091)
+    assert load_settings({"GATEWAY_METRICS_LISTEN": "127.0.0.1:0", "GATEWAY_LISTEN": "127.0.0.1:0"}).metrics_port == 0
+    for env in ({"GATEWAY_METRICS_LISTEN": "0.0.0.0:8080"}, {"GATEWAY_METRICS_LISTEN": "nowhere"},
+                {"GATEWAY_LISTEN": "127.0.0.1:9091"}):
+        with pytest.raises(SettingsError):
+            load_settings(env)
 
 
 def test_secrets_do_not_print() -> None:
@@ -191,29 +212,33 @@ def test_csrf_is_bound_to_the_session() -> None:
 
 
 @pytest.mark.parametrize("peer, xff, expected", [
-    ("203.0.113.9", "198.51.100.1", "203.0.113.9"),  # untrusted peer: header ignored
-    ("10.0.0.1", "198.51.100.1", "198.51.100.1"),
-    ("10.0.0.1", "6.6.6.6, 198.51.100.1", "198.51.100.1"),  # left part is client-written
-    ("10.0.0.1", "198.51.100.1, 10.0.0.2", "198.51.100.1"),  # skip trusted hops
-    ("10.0.0.1", "garbage", "10.0.0.1"),
-    ("10.0.0.1", None, "10.0.0.1"),
-    ("fe80::1%eth0", None, "fe80::1"),  # the zone is this host's interface, not the client
-    ("10.0.0.1", "[fe80::2%25eth0]:443, fe80::3%lo", "fe80::3"),
-    ("::ffff:10.0.0.1", "198.51.100.1", "198.51.100.1"),  # dual-stack: the mapped trusted proxy
+    ("203.0.113.9", ["198.51.100.1"], "203.0.113.9"),  # untrusted peer: header ignored
+    ("10.0.0.1", ["198.51.100.1"], "198.51.100.1"),
+    ("10.0.0.1", ["6.6.6.6, 198.51.100.1"], "198.51.100.1"),  # left part is client-written
+    ("10.0.0.1", ["198.51.100.1, 10.0.0.2"], "198.51.100.1"),  # skip trusted hops
+    ("10.0.0.1", ["garbage"], "10.0.0.1"),
+    ("10.0.0.1", [], "10.0.0.1"),
+    ("fe80::1%eth0", [], "fe80::1"),  # the zone is this host's interface, not the client
+    ("10.0.0.1", ["[fe80::2%25eth0]:443, fe80::3%lo"], "fe80::3"),
+    ("::ffff:10.0.0.1", ["198.51.100.1"], "198.51.100.1"),  # dual-stack: the mapped trusted proxy
+    # A proxy that appends its own line: the client's forged first line is not the rightmost.
+    ("10.0.0.1", ["6.6.6.6", "198.51.100.1"], "198.51.100.1"),
+    ("10.0.0.1", ["6.6.6.6", "198.51.100.1, 10.0.0.2"], "198.51.100.1"),
+    ("10.0.0.1", ["198.51.100.1", "10.0.0.2"], "198.51.100.1"),
 ])
-def test_client_address(peer: str, xff: str | None, expected: str) -> None:
+def test_client_address(peer: str, xff: list[str], expected: str) -> None:
     assert client_address(peer, xff, frozenset({"10.0.0.1", "10.0.0.2"})) == expected
 
 
-@pytest.mark.parametrize("peer, proto, expected", [
-    ("10.0.0.1", "https", "https"),  # a trusted TLS-terminating ingress
-    ("10.0.0.1", "HTTPS, http", "https"),  # the first hop is what the browser used
-    ("10.0.0.1", None, "http"),
-    ("10.0.0.1", "gopher", "http"),
-    ("203.0.113.9", "https", "http"),  # anyone else's claim is ignored
+@pytest.mark.parametrize("address, subject", [
+    (None, "unknown"),
+    ("198.51.100.7", "198.51.100.7"),
+    ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"),  # the same subscriber's other address
+    ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
 ])
-def test_public_scheme(peer: str, proto: str | None, expected: str) -> None:
-    assert public_scheme("http", peer, proto, frozenset({"10.0.0.1"})) == expected
+def test_per_address_limits_count_an_ipv6_slash_64_as_one_address(address: str | None, subject: str) -> None:
+    assert rate_subject(address) == subject
 
 
 def test_rate_limit_arithmetic() -> None:
@@ -226,13 +251,48 @@ def test_rate_limit_arithmetic() -> None:
 def test_permission_report() -> None:
     required = required_permissions("tenant-admin")
     allowed = {p: True for p in required} | {p: False for p in FORBIDDEN}
-    assert evaluate(required, allowed, confined=True).ok
-    assert evaluate(required, allowed, confined=False).excessive == (UNCONFINED,)
+    assert evaluate(required, allowed).ok
+    assert evaluate(required, allowed, bypasses=(UNCONFINED,)).excessive == (UNCONFINED,)
     allowed[Permission("create", "serviceaccounts", subresource="token")] = False
     allowed[Permission("get", "secrets")] = True
-    report = evaluate(required, allowed, confined=True)
+    report = evaluate(required, allowed)
     assert [str(p) for p in report.missing] == ["create serviceaccounts/token cluster-wide"]
     assert [str(p) for p in report.excessive] == ["get secrets cluster-wide"]
+
+
+def _installed(name: str, selector: Any, **binding: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    match = {"namespaceSelector": selector} if selector is not None else {}
+    spec = {"policyName": name, "validationActions": ["Deny"], "matchResources": match, **binding}
+    return {"metadata": {"name": name}, "spec": {"failurePolicy": "Fail"}}, {"metadata": {"name": name}, "spec": spec}
+
+
+def test_policy_gaps_name_every_bypass_of_the_shipped_policy_set() -> None:
+    shipped = [_installed(name, selector) for name, selector in POLICIES.items()]
+    policies, bindings = [p for p, _ in shipped], [b for _, b in shipped]
+    assert policy_gaps(policies, bindings) == ()
+    # Missing, failing open, warning only, narrowed, bound elsewhere: each is a bypass.
+    assert policy_gaps(policies[1:], bindings) == (
+        "ValidatingAdmissionPolicy tenant-gateway-no-long-lived-tokens (deploy/kubernetes/admission.yaml) is not installed",)
+    ignore = [{**policies[2], "spec": {"failurePolicy": "Ignore"}}]
+    assert "fails open" in policy_gaps(policies[:2] + ignore + policies[3:], bindings)[0]
+    name, selector = "tenant-gateway-rolebinding-subjects", POLICIES["tenant-gateway-rolebinding-subjects"]
+    others = [b for b in bindings if b["spec"]["policyName"] != name]
+    for weakened in (_installed(name, selector, validationActions=["Warn"])[1],
+                     _installed(name, {"matchLabels": {"x": "y"}})[1],
+                     _installed(name, {**selector, "matchLabels": {"x": "y"}})[1],
+                     {**_installed(name, selector)[1], "spec": {**_installed(name, selector)[1]["spec"],
+                      "matchResources": {"namespaceSelector": selector, "objectSelector": {"matchLabels": {"a": "b"}}}}},
+                     _installed("something-else", selector)[1]):
+        assert policy_gaps(policies, others + [weakened]) == (
+            f"ValidatingAdmissionPolicy {name} (deploy/kubernetes/admission.yaml) "
+            "has no binding that denies in every namespace it guards",), weakened
+
+
+def test_confinement_probes_aim_at_a_tenant_namespace_when_there_is_one() -> None:
+    assert [p.method for p in confinement_probes(None)] == ["POST", "POST"]
+    probes = confinement_probes("tenant-x")
+    assert [(p.method, p.path) for p in probes[2:]] == [("PATCH", "/api/v1/namespaces/tenant-x")] * 2
+    assert probes[1].body["metadata"]["ownerReferences"] and probes[1].body["metadata"]["name"].startswith("tenant-")
 
 
 def test_credential_id_is_read_without_trusting_the_token() -> None:

@@ -1,0 +1,60 @@
+"""A hostile tenant as the attack tests play it: a registered user whose
+workspace exists, holding the kubeconfig the gateway issued it, talking to
+the API server directly with the official client."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from provisioning import manifests
+from tests import kubeclients
+from tests.gatewayclient import Session, register_and_login
+
+
+def refusal(call: Callable[[], object]) -> tuple[int, str]:
+    """(status, message) of a call the API server answers; (200, "") if it succeeds."""
+    try:
+        call()
+    except ApiException as error:
+        return int(error.status), str(error.body)
+    return 200, ""
+
+
+@dataclass
+class Tenant:
+    session: Session
+    workspace_id: str
+    namespace: str
+    api: client.ApiClient  # its real issued kubeconfig
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def rbac(self) -> client.RbacAuthorizationV1Api:
+        return client.RbacAuthorizationV1Api(self.api)
+
+
+async def onboard(gateway: Any, tmp_path: Path) -> Tenant:
+    session = await register_and_login(gateway)
+    workspace = await session.init()
+    path = tmp_path / f"{session.user_id}.kubeconfig"
+    path.write_text(await session.kubeconfig())
+    return Tenant(session, workspace["id"], workspace["namespace"], kubeclients.from_kubeconfig(path))
+
+
+# What a workspace onboarded before the shared bounds existed was given.
+OLD_QUOTA = {"requests.cpu": "4", "limits.memory": "8Gi"}
+
+
+def made_long_ago(admin: client.CoreV1Api, tenant: Tenant) -> None:
+    """Turn a fresh workspace's quota into what onboarding used to write."""
+    quota = admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace)
+    quota.spec.hard = dict(OLD_QUOTA)
+    admin.replace_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace, quota)

@@ -1,0 +1,103 @@
+"""Given a self-registered tenant on the built-in `basic` tier, holding the
+kubeconfig the gateway issued it, when it tries to take more than its share
+of what every tenant shares (etcd's objects, node ports on every node, cloud
+load balancers, storage), then its namespace's ResourceQuota refuses; and a
+workspace made before these bounds existed gets them when it is resumed.
+(`tenant-gateway reconcile` is tested with the CLI, tests/integration/test_cli.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devstack.cluster import LocalCluster
+from provisioning import manifests
+from provisioning.tiers import DEFAULT_TIERS
+from tests import kubeclients
+from tests.attacks.tenants import made_long_ago, onboard, refusal
+from tests.gatewayclient import admin_session
+
+pytestmark = pytest.mark.cluster
+BASIC = DEFAULT_TIERS["basic"]
+
+
+async def quota_enforced(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
+    """Wait until the quota controller has counted the namespace against the
+    quota's current `hard` (admission refuses everything the quota names
+    while its status is unknown); the quota's `hard`."""
+    while True:
+        quota = core.read_namespaced_resource_quota(manifests.QUOTA_NAME, namespace)
+        if quota.status and quota.status.hard and set(quota.status.hard) == set(quota.spec.hard):
+            return dict(quota.spec.hard)
+        await asyncio.sleep(0.2)
+
+
+def service(name: str, kind: str = "ClusterIP") -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"type": kind, "ports": [{"port": 80}], "selector": {"app": name}}}
+
+
+def claim(name: str, size: str) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}
+
+
+async def test_no_node_port_no_load_balancer_and_no_storage_beyond_the_tier(gateway: Any, tmp_path: Path) -> None:
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    assert await quota_enforced(core, ns) == dict(BASIC.hard)
+
+    status, message = refusal(lambda: core.create_namespaced_service(ns, service("open", "NodePort")))
+    assert status == 403 and "exceeded quota" in message and "services.nodeports" in message, message
+    status, message = refusal(lambda: core.create_namespaced_service(ns, service("billed", "LoadBalancer")))
+    assert status == 403 and "exceeded quota" in message and "services.loadbalancers" in message, message
+    status, message = refusal(lambda: core.create_namespaced_persistent_volume_claim(ns, claim("huge", "1Ti")))
+    assert status == 403 and "exceeded quota" in message and "requests.storage" in message, message
+    # What fits the tier still works.
+    core.create_namespaced_service(ns, service("web"))
+    core.create_namespaced_persistent_volume_claim(ns, claim("data", "1Gi"))
+
+
+async def test_the_object_after_the_tiers_count_is_refused(gateway: Any, tmp_path: Path) -> None:
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    limit = int(BASIC.hard["configmaps"])
+    await quota_enforced(core, ns)
+    refused: tuple[int, str] = (200, "")
+    for number in range(limit + 1):  # kube-root-ca.crt counts too: the refusal comes before the end
+        refused = refusal(lambda: core.create_namespaced_config_map(ns, {"metadata": {"name": f"c-{number}"}}))
+        if refused[0] != 200:
+            break
+    status, message = refused
+    assert status == 403 and "exceeded quota" in message and "configmaps" in message, message
+    assert len(core.list_namespaced_config_map(ns).items) == limit
+
+
+async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
+        cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
+    alice = await onboard(gateway, tmp_path)
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    made_long_ago(admin, alice)
+
+    root = await admin_session(gateway, database_url)
+    for move in ("suspend", "resume"):
+        answer = await root.call("POST", f"/api/v1/workspaces/{alice.workspace_id}/{move}")
+        assert answer.status == 200, await answer.text()
+
+    assert admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, alice.namespace).spec.hard == dict(BASIC.hard)
+
+
+async def test_the_gateway_credential_changes_quotas_only_in_tenant_namespaces(cluster: LocalCluster) -> None:
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    name = f"platform-{uuid.uuid4().hex[:8]}"
+    admin.create_namespaced_resource_quota("default", {"metadata": {"name": name}, "spec": {"hard": {"pods": "10"}}})
+    thief = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.gateway_kubeconfig))
+    status, message = refusal(lambda: thief.patch_namespaced_resource_quota(
+        name, "default", {"spec": {"hard": {"pods": "100000"}}}))
+    assert status == 403 and "outside the namespaces it made" in message, message
+    assert admin.read_namespaced_resource_quota(name, "default").spec.hard == {"pods": "10"}

@@ -1,0 +1,221 @@
+"""Given a hostile tenant holding nothing but the kubeconfig the gateway
+issued it, when it uses the public Kubernetes API directly, then the
+admission policies in deploy/kubernetes/admission.yaml hold the walls:
+
+- it cannot open its namespace to anyone outside it (RoleBinding subjects);
+- a suspended namespace refuses every change by every identity but the
+  gateway and cluster administrators, and suspension completes while
+  accomplices race it;
+- no pod runs as the gateway-managed ServiceAccount or projects a token
+  longer than a kubeconfig's 2 h;
+- no ExternalName Service points shared infrastructure elsewhere;
+- the gateway's own credential cannot hand a tenant namespace to the
+  garbage collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from kubernetes import client
+
+from devstack.cluster import LocalCluster
+from provisioning import manifests
+from tests import kubeclients
+from tests.attacks.tenants import Tenant, onboard, refusal
+from tests.gatewayclient import admin_session
+
+pytestmark = pytest.mark.cluster
+RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+def binding(name: str, *subjects: dict[str, str]) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": "tenant-admin"},
+            "subjects": list(subjects)}
+
+
+def own_account(tenant: Tenant, name: str) -> dict[str, str]:
+    tenant.core.create_namespaced_service_account(tenant.namespace, {"metadata": {"name": name}})
+    return {"kind": "ServiceAccount", "name": name, "namespace": tenant.namespace}
+
+
+# -- 1. the wall between tenants ------------------------------------------------
+
+async def test_a_tenant_cannot_open_its_namespace_to_anyone_outside_it(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    alice, mallory = await onboard(gateway, tmp_path), await onboard(gateway, tmp_path)
+    group = {"apiGroup": RBAC_GROUP, "kind": "Group"}
+    outsiders = [
+        {"kind": "ServiceAccount", "name": manifests.TENANT_SERVICE_ACCOUNT, "namespace": mallory.namespace},
+        {"kind": "ServiceAccount", "name": "default", "namespace": "kube-system"},
+        {"apiGroup": RBAC_GROUP, "kind": "User", "name": "mallory@example.test"},
+        {"apiGroup": RBAC_GROUP, "kind": "User", "name": "system:anonymous"},
+        {**group, "name": "system:authenticated"},
+        {**group, "name": "system:unauthenticated"},
+        {**group, "name": "system:serviceaccounts"},
+        {**group, "name": f"system:serviceaccounts:{mallory.namespace}"},
+        {**group, "name": f"system:serviceaccounts:{alice.namespace}"},  # a group, not a ServiceAccount
+    ]
+    for number, outsider in enumerate(outsiders):
+        status, message = refusal(lambda: alice.rbac.create_namespaced_role_binding(
+            alice.namespace, binding(f"open-{number}", outsider)))
+        assert status == 403 and "only that namespace's own ServiceAccounts" in message, (outsider, status, message)
+
+    # Its own ServiceAccounts may be bound; a binding cannot be widened later ...
+    worker = own_account(alice, "worker")
+    alice.rbac.create_namespaced_role_binding(alice.namespace, binding("workers", worker))
+    widened = {"subjects": [worker, outsiders[0]]}
+    assert refusal(lambda: alice.rbac.patch_namespaced_role_binding("workers", alice.namespace, widened))[0] == 403
+    # ... not even the gateway's own binding.
+    assert refusal(lambda: alice.rbac.patch_namespaced_role_binding(
+        manifests.TENANT_ROLEBINDING, alice.namespace, widened))[0] == 403
+    # So mallory's credential stays outside alice's namespace.
+    assert refusal(lambda: mallory.core.list_namespaced_secret(alice.namespace))[0] == 403
+
+
+# -- 2. suspension against accomplices ------------------------------------------
+
+def cluster_operator_token(cluster: LocalCluster) -> str:
+    """An identity the cluster (not the gateway) granted `edit` everywhere:
+    not a cluster administrator, so a suspended namespace is closed to it too."""
+    name = f"ops-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl_run("-n", "default", "create", "serviceaccount", name)
+    cluster.kubectl_run("create", "clusterrolebinding", name, "--clusterrole=edit", f"--serviceaccount=default:{name}")
+    return cluster.kubectl_run("-n", "default", "create", "token", name).stdout.strip()
+
+
+def keep_trying(attempts: list[int], stop: threading.Event, *moves: Callable[[int], object]) -> None:
+    number = 0
+    while not stop.is_set():
+        number += 1
+        for move in moves:
+            refusal(lambda: move(number))
+        attempts.append(number)
+
+
+async def test_suspension_completes_while_accomplices_keep_trying_and_then_only_admins_act(
+        cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
+    alice, bob = await onboard(gateway, tmp_path), await onboard(gateway, tmp_path)
+    worker = own_account(alice, "worker")
+    operator = client.CoreV1Api(kubeclients.from_token(cluster, cluster_operator_token(cluster)))
+    ns = alice.namespace
+
+    stop, attempts = threading.Event(), list[int]()
+    racers = [
+        # The tenant's own token re-creating bindings to its accounts as fast as it can ...
+        threading.Thread(target=keep_trying, args=(attempts, stop,
+            lambda n: alice.rbac.create_namespaced_role_binding(ns, binding(f"again-{n}", worker)),
+            lambda n: alice.core.create_namespaced_config_map(ns, {"metadata": {"name": f"alice-{n}"}}))),
+        # ... another tenant, and an identity the cluster granted rights everywhere.
+        threading.Thread(target=keep_trying, args=(attempts, stop,
+            lambda n: bob.rbac.create_namespaced_role_binding(ns, binding(f"bob-{n}", worker)),
+            lambda n: operator.create_namespaced_config_map(ns, {"metadata": {"name": f"ops-{n}"}}))),
+    ]
+    for racer in racers:
+        racer.start()
+    try:
+        while not attempts:  # the race is on before the suspension starts
+            await asyncio.sleep(0.05)
+        root = await admin_session(gateway, database_url)
+        suspended = await root.call("POST", f"/api/v1/workspaces/{alice.workspace_id}/suspend")
+        assert suspended.status == 200, await suspended.text()
+    finally:
+        stop.set()
+        for racer in racers:
+            racer.join()
+
+    admin = kubeclients.from_kubeconfig(cluster.admin_kubeconfig)
+    assert client.RbacAuthorizationV1Api(admin).list_namespaced_role_binding(ns).items == []
+    # Every identity but a cluster administrator is refused, whatever RBAC says.
+    status, message = refusal(lambda: operator.create_namespaced_config_map(ns, {"metadata": {"name": "late"}}))
+    assert status == 403 and "this workspace is suspended" in message
+    assert refusal(lambda: operator.create_namespaced_config_map(bob.namespace, {"metadata": {"name": "ok"}}))[0] == 200
+    assert refusal(lambda: alice.core.create_namespaced_config_map(ns, {"metadata": {"name": "late"}}))[0] in (401, 403)
+    # (A ServiceAccount, which no quota counts: the racers may have used up the tier's ConfigMaps.)
+    assert refusal(lambda: client.CoreV1Api(admin).create_namespaced_service_account(
+        ns, {"metadata": {"name": "by-admin"}}))[0] == 200
+
+
+# -- 3. no gateway-grade token outside the gateway ------------------------------
+
+def pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}], **spec}}
+
+
+def projected_token(seconds: int) -> list[dict[str, Any]]:
+    return [{"name": "token", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": seconds, "audience": "anything"}}]}}]
+
+
+async def test_pods_cannot_carry_a_gateway_grade_token_but_own_accounts_work(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    for name, spec in (("as-gateway-sa", {"serviceAccountName": manifests.TENANT_SERVICE_ACCOUNT}),
+                       ("as-gateway-sa-old-field", {"serviceAccount": manifests.TENANT_SERVICE_ACCOUNT})):
+        status, message = refusal(lambda: core.create_namespaced_pod(ns, pod(name, **spec)))
+        assert status == 403 and "may not run as sa-tenant-admin" in message, (name, status, message)
+    own_account(alice, "worker")
+    status, message = refusal(lambda: core.create_namespaced_pod(
+        ns, pod("year-long", serviceAccountName="worker", volumes=projected_token(365 * 24 * 3600))))
+    assert status == 403 and "at most 7200 s" in message
+    # A ServiceAccount named like the gateway's would pass as it where policies go by name.
+    assert refusal(lambda: core.create_namespaced_service_account(ns, {"metadata": {"name": "tenant-gateway"}}))[0] == 403
+
+    # The tenant's own workloads keep their own accounts and tokens (pods stay Pending: admission is the point).
+    assert core.create_namespaced_pod(ns, pod("worker", serviceAccountName="worker")).spec.service_account_name == "worker"
+    core.create_namespaced_pod(ns, pod("two-hours", serviceAccountName="worker", volumes=projected_token(7200)))
+    core.create_namespaced_pod(ns, pod("default-account"))
+
+
+# -- 5. ExternalName ----------------------------------------------------------------
+
+async def test_external_name_services_are_refused(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    alice, bob = await onboard(gateway, tmp_path), await onboard(gateway, tmp_path)
+    alias = {"metadata": {"name": "alias"},
+             "spec": {"type": "ExternalName", "externalName": f"web.{bob.namespace}.svc.cluster.local"}}
+    status, message = refusal(lambda: alice.core.create_namespaced_service(alice.namespace, alias))
+    assert status == 403 and "ExternalName" in message
+    plain = {"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}], "selector": {"app": "web"}}}
+    alice.core.create_namespaced_service(alice.namespace, plain)
+    turned = {"spec": {"type": "ExternalName", "externalName": "kubernetes.default.svc.cluster.local"}}
+    assert refusal(lambda: alice.core.patch_namespaced_service("web", alice.namespace, turned))[0] == 403
+    assert alice.core.read_namespaced_service("web", alice.namespace).spec.type == "ClusterIP"
+
+
+# -- 6. the gateway's credential and the garbage collector -----------------------
+
+async def test_the_gateway_credential_cannot_delete_orphan_or_reparent_a_tenant_namespace(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    alice = await onboard(gateway, tmp_path)
+    ns = alice.namespace
+    thief = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.gateway_kubeconfig))
+    # An owner that does not exist: the garbage collector would delete the
+    # namespace, and everything in it, at once.
+    owner = {"apiVersion": "v1", "kind": "Namespace", "name": "gone", "uid": str(uuid.uuid4())}
+    born_owned = manifests.namespace(f"tenant-{uuid.uuid4()}", "x")
+    born_owned["metadata"]["ownerReferences"] = [owner]
+    moves: dict[str, Callable[[], object]] = {
+        "re-parent": lambda: thief.patch_namespace(ns, {"metadata": {"ownerReferences": [owner]}}),
+        "finalizer": lambda: thief.patch_namespace(ns, {"metadata": {"finalizers": ["example.com/never"]}}),
+        "finalize": lambda: thief.replace_namespace_finalize(ns, {"metadata": {"name": ns}, "spec": {"finalizers": []}}),
+        "status": lambda: thief.patch_namespace_status(ns, {"status": {"phase": "Terminating"}}),
+        "delete": lambda: thief.delete_namespace(ns),
+        "orphaning delete": lambda: thief.delete_namespace(ns, propagation_policy="Orphan"),
+        "born owned": lambda: thief.create_namespace(born_owned),
+    }
+    for what, move in moves.items():
+        assert refusal(move)[0] == 403, what
+    shown = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig)).read_namespace(ns)
+    assert not shown.metadata.owner_references and not shown.metadata.finalizers
+    assert shown.metadata.deletion_timestamp is None
+    # What the gateway does itself still works.
+    thief.patch_namespace(ns, manifests.suspended_label_patch(True))
+    thief.patch_namespace(ns, manifests.suspended_label_patch(False))

@@ -1,0 +1,82 @@
+"""Tiers bound every shared resource, and an existing quota converges to its
+tier: pure tier parsing, quantity arithmetic and the quota merge patch."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from provisioning import manifests
+from provisioning.tiers import DEFAULT_TIERS, SHARED_BOUNDS, parse_tiers, quantity_value
+
+SHARED_KEYS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims",
+               "requests.storage", "services.nodeports", "services.loadbalancers")
+
+
+def test_the_basic_tier_bounds_every_shared_resource_and_allows_no_node_port_or_load_balancer() -> None:
+    hard = DEFAULT_TIERS["basic"].hard
+    assert set(SHARED_KEYS) <= set(hard)
+    assert hard["services.nodeports"] == "0" and hard["services.loadbalancers"] == "0"
+    assert all(quantity_value(hard[key]) > 0 for key in SHARED_KEYS if not key.startswith("services."))
+    assert (hard["requests.cpu"], hard["limits.memory"]) == ("4", "8Gi")
+
+
+@pytest.mark.parametrize("text, expected", [
+    # A tier naming nothing shared gets every bound ...
+    ("t: {requests.cpu: '1'}", {"requests.cpu": "1", **SHARED_BOUNDS}),
+    # ... a tier may raise any of them, node ports and load balancers included ...
+    ("t: {hard: {services.loadbalancers: '2', services.nodeports: '3', requests.storage: 1Ti}}",
+     {**SHARED_BOUNDS, "services.loadbalancers": "2", "services.nodeports": "3", "requests.storage": "1Ti"}),
+    # ... and the count/ spelling of an object count replaces the default, never doubles it.
+    ("t: {count/pods: '7', count/configmaps: '9'}",
+     {**{k: v for k, v in SHARED_BOUNDS.items() if k not in ("pods", "configmaps")},
+      "count/pods": "7", "count/configmaps": "9"}),
+])
+def test_tiers_file_keys_override_the_shared_bounds(text: str, expected: dict[str, str]) -> None:
+    assert dict(parse_tiers(text)["t"].hard) == expected
+
+
+@pytest.mark.parametrize("text, value", [
+    ("4", Decimal(4)), ("500m", Decimal("0.5")), ("0.5", Decimal("0.5")), ("1Gi", Decimal(2 ** 30)),
+    ("1G", Decimal(10 ** 9)), ("1e3", Decimal(1000)), ("1E", Decimal(10 ** 18)), ("2Ei", Decimal(2 * 2 ** 60)),
+    (".5k", Decimal(500)),
+])
+def test_quantities_compare_by_value(text: str, value: Decimal) -> None:
+    assert quantity_value(text) == value
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "1mi", "1 Gi", "-1"])
+def test_what_is_not_a_quantity_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        quantity_value(bad)
+
+
+def quota(hard: dict[str, str]) -> dict[str, object]:
+    return {"metadata": {"name": manifests.QUOTA_NAME}, "spec": {"hard": hard}}
+
+
+def test_an_old_quota_gets_the_missing_bounds_and_loses_what_the_tier_dropped() -> None:
+    tier = parse_tiers("t: {requests.cpu: '2', limits.memory: 4Gi}")["t"]
+    old = quota({"requests.cpu": "4", "limits.memory": "8Gi", "count/jobs.batch": "5"})
+    change = manifests.quota_convergence(old, tier)
+    assert change is not None
+    assert change.patch == {"spec": {"hard": {
+        "requests.cpu": "2", "limits.memory": "4Gi", "count/jobs.batch": None, **SHARED_BOUNDS}}}
+    assert "requests.cpu 4 -> 2" in change.described and "count/jobs.batch 5 -> unset" in change.described
+    assert "services.nodeports unset -> 0" in change.described
+
+
+def test_a_quota_as_the_api_server_wrote_it_back_needs_nothing() -> None:
+    tier = parse_tiers("t: {requests.cpu: 1000m, limits.memory: 1024Mi, requests.storage: 50Gi}")["t"]
+    stored = {**SHARED_BOUNDS, "requests.cpu": "1", "limits.memory": "1Gi", "requests.storage": "50Gi"}
+    assert manifests.quota_convergence(quota(stored), tier) is None
+
+
+def test_only_the_quota_step_converges_and_it_is_the_tiers() -> None:
+    tier = DEFAULT_TIERS["basic"]
+    steps = {step.kind: step for step in manifests.bounds_steps("tenant-u", "wid", tier)}
+    assert list(steps) == ["ResourceQuota", "LimitRange", "NetworkPolicy"]
+    assert steps["ResourceQuota"].body["spec"]["hard"] == dict(tier.hard)
+    assert steps["ResourceQuota"].converge is not None and steps["LimitRange"].converge is None
+    assert steps["ResourceQuota"].converge(quota(dict(tier.hard))) is None
