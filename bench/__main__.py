@@ -23,7 +23,9 @@ from typing import Any, Awaitable, Callable
 
 import aiohttp
 
+from bench.fairness import fair_share, fairness_verdicts
 from bench.pods import pod_streams, pod_verdicts
+from bench.rolling import rolling_restart, rolling_verdicts
 from bench.stack import Stack, Tenant, run_load, temp_root
 from proxy.heap import TRIM_INTERVAL_SECONDS
 
@@ -419,7 +421,8 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ("RSS after watch bursts: no ratchet", " -> ".join(f"{m:.0f}" for m in w["rss_after_close_mib"]) + " MiB",
          w["rss_after_close_mib"][1] <= 1.05 * w["rss_after_close_mib"][0]),
     ]
-    return checks + pod_verdicts(r["pod_streams"])
+    return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
+            + rolling_verdicts(r["rolling_restart"]))
 
 
 def print_table(r: dict[str, Any]) -> None:
@@ -491,6 +494,7 @@ async def main() -> None:
         stack.start()
         async with stack.session() as session:
             tenant = await stack.new_tenant(session)
+            flooder = await stack.new_tenant(session)
         stack.start_kubectl_proxy(tenant)
         stack.start_floor_relay(tenant)
         stack.start_references(tenant)
@@ -505,6 +509,10 @@ async def main() -> None:
                                ("pod_streams", pod_streams(stack, tenant, order=interleaved(["direct", "gateway"], ROUNDS),
                                                            round_trips=200 if QUICK else 1000,
                                                            sessions=50 if QUICK else 200)),
+                               ("fair_share", fair_share(stack, tenant, flooder, create_configmaps,
+                                                         requests=300 if QUICK else 1000,
+                                                         flood_seconds=15 if QUICK else 40)),
+                               ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
                                ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
                                ("soak", soak(stack, targets))):
             print(f"running {name} ...", flush=True)

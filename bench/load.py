@@ -1,7 +1,7 @@
 """The load generator: a separate process, so its CPU never counts as the
 gateway's. Reads one JSON job on stdin, prints one JSON result.
 
-job: {"url", "headers", "concurrency", "requests", "ca_file", "gzip"}
+job: {"url", "headers", "concurrency", "requests", "ca_file", "gzip", "seconds" (optional: stop by then)}
 result: {"requests", "seconds", "rps", "p50_ms", "p99_ms", "errors", "bytes"}
 """
 
@@ -31,11 +31,13 @@ async def run(job: dict[str, object]) -> dict[str, object]:
     errors = 0
     received = 0
     remaining = int(job["requests"])  # type: ignore[call-overload]
+    limit = float(job["seconds"]) if job.get("seconds") else None  # type: ignore[arg-type]
+    stop_at = float("inf")
     connector = aiohttp.TCPConnector(limit=0, ssl=context if context else False)
     async with aiohttp.ClientSession(connector=connector, auto_decompress=False) as session:
         async def worker() -> None:
             nonlocal remaining, errors, received
-            while remaining > 0:
+            while remaining > 0 and time.perf_counter() < stop_at:
                 remaining -= 1
                 start = time.perf_counter()
                 try:
@@ -52,6 +54,8 @@ async def run(job: dict[str, object]) -> dict[str, object]:
         async with session.get(str(job["url"]), headers=headers) as warm:
             await warm.read()
         began = time.perf_counter()
+        if limit is not None:
+            stop_at = began + limit
         await asyncio.gather(*(worker() for _ in range(int(job["concurrency"]))))  # type: ignore[call-overload]
         seconds = time.perf_counter() - began
     return {

@@ -111,7 +111,7 @@ class Stack:
         tls.mkdir()
         ca, ca_key = pki.make_ca("bench-ca")
         ca.write(tls, "ca")
-        cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1",)).write(tls, "gateway")
+        cert, key = pki.issue(ca, ca_key, common_name="gateway", server_hosts=("127.0.0.1", "localhost")).write(tls, "gateway")
         self.ca_file = tls / "ca.crt"
         self.tls_files = (cert, key)
         # The runs hold hundreds of ConfigMaps in one tenant namespace (LIST
@@ -120,14 +120,15 @@ class Stack:
         self.gateway_url, self.gateway = self.launch_gateway("gateway")
         self.wait_ready(self.gateway_url, self.gateway, "gateway")
 
-    def launch_gateway(self, name: str, *, source: Path | None = None,
-                       wrapper: tuple[str, ...] = ()) -> tuple[str, subprocess.Popen[bytes]]:
+    def launch_gateway(self, name: str, *, source: Path | None = None, wrapper: tuple[str, ...] = (),
+                       port: int | None = None) -> tuple[str, subprocess.Popen[bytes]]:
         """A gateway process on this stack's database and cluster, sharing its
         session key (so one tenant's session works on all of them); from
-        another source tree, or under a wrapper such as valgrind, if asked."""
+        another source tree, under a wrapper such as valgrind, or on a given
+        port (a replica restarted behind a balancer), if asked."""
         assert self.cluster is not None
         cert, key = self.tls_files
-        port, metrics_port = free_port(), free_port()
+        port, metrics_port = port or free_port(), free_port()
         self.metrics_urls[name] = f"http://127.0.0.1:{metrics_port}"
         env = {
             **os.environ,

@@ -148,9 +148,7 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
                  gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
-    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app.
-    `inject` adds middlewares inside the gateway's own (after its error
-    middleware): fault injection for what no real component produces on cue."""
+    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -159,11 +157,10 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, inject: tuple[Any, ...] = (), **env: str) -> Any:
+    async def make(*, kube: Any = None, **env: str) -> Any:
         merged = {**gateway_env, **env}
         settings = load_settings(merged)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
-        app.middlewares.extend(inject)
         server = TestServer(app, scheme="https")
         await server.start_server(ssl=server_context)
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(

@@ -26,18 +26,16 @@ import logging
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
 import yarl
-from aiohttp import web
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 
 from devstack.cluster import LocalCluster
 from provisioning.kube.client import ClusterEndpoint, KubeClient
-from provisioning.errors import RateLimited
 from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.passthrough.wiring import SPDY_REFUSED
@@ -175,33 +173,28 @@ async def test_spdy_exec_and_port_forward_say_which_setting_switches_to_websocke
     assert f"error upgrading connection: {SPDY_REFUSED}" in said, said
 
 
-@web.middleware
-async def stream_cap_stand_in(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                              ) -> web.StreamResponse:
-    """Fault injection, named as such: a stand-in for the per-workspace cap
-    on open streams (the contract's GATEWAY_MAX_STREAMS_PER_WORKSPACE), which
-    is not on this branch. It refuses exec, attach and port-forward with the
-    gateway's own RateLimited, rendered by the gateway's error middleware,
-    which is what is under test."""
-    if request.path.rsplit("/", 1)[-1] in ("exec", "attach", "portforward"):
-        raise RateLimited(7, "too many open streams in this workspace; retry in 7 s")
-    return await handler(request)
-
-
 async def test_a_rate_limit(cluster: LocalCluster, make_gateway: Any, tmp_path: Path) -> None:
-    gateway = await make_gateway(inject=(stream_cap_stand_in,))
+    """The per-workspace cap on open streams, held by one open watch."""
+    gateway = await make_gateway(GATEWAY_MAX_STREAMS_PER_WORKSPACE="1")
     user, workspace = await tenant_with_pod(gateway)
     server, ns = server_of(gateway, workspace), workspace["namespace"]
-    message = "too many open streams in this workspace; retry in 7 s"
-    said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true")
-    assert f"Error from server (TooManyRequests): {message}" in said, said
-    execed = await asyncio.to_thread(python_exec, server, user.token, gateway.ca_file, ns)
-    assert "Handshake status 429" in execed.reason and message in execed.reason
-    answer = await user.call("POST", f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/pods/sleeper/exec?command=true")
-    body = await answer.json()
-    assert (answer.status, answer.headers["Retry-After"]) == (429, "7")
-    assert (body["reason"], body["details"], body["error"]["code"]) == ("TooManyRequests", {"retryAfterSeconds": 7},
-                                                                        "rate_limited")
+    watch = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps?watch=true")
+    assert watch.status == 200
+    message = "this workspace already has 1 open streams (watch, logs, exec, attach, port-forward); close one first"
+    try:
+        said = await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "exec", "sleeper", "--", "true")
+        assert f"Error from server (TooManyRequests): {message}" in said, said
+        execed = await asyncio.to_thread(python_exec, server, user.token, gateway.ca_file, ns)
+        assert "Handshake status 429" in execed.reason and message in execed.reason
+        answer = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/pods/sleeper/exec?command=true",
+                                 headers={"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                                          "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        body = await answer.json()
+        assert (answer.status, answer.headers["Retry-After"]) == (429, "5")
+        assert (body["reason"], body["details"], body["error"]["code"]) == ("TooManyRequests", {"retryAfterSeconds": 5},
+                                                                            "rate_limited")
+    finally:
+        watch.close()
 
 
 class Cable:
