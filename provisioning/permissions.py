@@ -231,8 +231,10 @@ async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
 async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
+    # An Active one: the policy lets a namespace that is being deleted finish.
     tenants = await kube.request("GET", "/api/v1/namespaces",
-                                 query={"labelSelector": manifests.WORKSPACE_LABEL, "limit": "1"})
+                                 query={"labelSelector": manifests.WORKSPACE_LABEL, "fieldSelector": "status.phase=Active",
+                                        "limit": "1"})
     tenant = next((n["metadata"]["name"] for n in tenants.get("items") or []), None)
     writes = confinement_probes(tenant)
 

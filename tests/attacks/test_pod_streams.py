@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import asyncpg
@@ -26,8 +26,10 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> Tenant:
-    return await new_tenant(cluster, gateway, tmp_path)
+async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> AsyncIterator[Tenant]:
+    made = await new_tenant(cluster, gateway, tmp_path)
+    yield made
+    await made.remove_pods()
 
 
 async def test_exec_into_another_tenants_pod_is_refused_by_the_gateway(

@@ -16,7 +16,7 @@ import re
 import struct
 import termios
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 from urllib.parse import urlencode
 
 import aiohttp
@@ -34,8 +34,10 @@ HTTP_SERVER = "mkdir -p /www && echo hello-from-the-pod > /www/index.html && exe
 
 
 @pytest.fixture
-async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> Tenant:
-    return await new_tenant(cluster, gateway, tmp_path)
+async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> AsyncIterator[Tenant]:
+    made = await new_tenant(cluster, gateway, tmp_path)
+    yield made
+    await made.remove_pods()
 
 
 async def audit_rows(tenant: Tenant, gateway: Any, database_url: str, action: str) -> list[dict[str, Any]]:
