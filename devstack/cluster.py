@@ -261,6 +261,12 @@ class LocalCluster:
             path.write_text(_kubeconfig(self.server, ca, user, pair))
             path.chmod(0o600)
 
+    def serving_certificate(self, stem: str, hosts: tuple[str, ...]) -> tuple[Path, Path]:
+        """A serving certificate from the cluster's CA (`ca_file`), for a
+        local process such as the dev gateway; issued anew every time."""
+        ca, ca_key = pki.load_ca(self.state_dir / "pki")
+        return pki.issue(ca, ca_key, common_name=hosts[0], server_hosts=hosts).write(self.state_dir / "pki", stem)
+
     def _node(self, pki_dir: Path, parts: NodeParts) -> LocalNode:
         address = node_address()
         ca, ca_key = pki.load_ca(pki_dir)

@@ -203,6 +203,14 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
     cluster = start_local_cluster(settings.data_dir.resolve() / "cluster")
     try:
         settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig)
+        trust = ""
+        if settings.tls_cert_file is None:
+            # kubectl sends no token over plain HTTP, and session cookies are
+            # Secure: the dev gateway serves HTTPS, from the local cluster's CA.
+            hosts = tuple(dict.fromkeys((settings.listen_host, "127.0.0.1", "localhost")))
+            cert, key = cluster.serving_certificate("dev-gateway", hosts)
+            settings = dataclasses.replace(settings, tls_cert_file=cert, tls_key_file=key)
+            trust = f"its CA (for curl --cacert, kubectl --certificate-authority, or a browser): {cluster.ca_file}\n"
         dsn = database_dsn(settings)
         admin_email = "admin@gateway.local"
         password = secrets.token_urlsafe(12)
@@ -213,7 +221,7 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
         except GatewayError:
             print(f"\nadmin {admin_email} exists already (password printed on the first run)\n", flush=True)
         print(f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
-              f"gateway: http://{settings.listen_host}:{settings.listen_port}\n", flush=True)
+              f"gateway: https://{settings.listen_host}:{settings.listen_port}\n{trust}", flush=True)
         return cmd_serve(settings, args)
     finally:
         cluster.stop()

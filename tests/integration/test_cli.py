@@ -146,6 +146,7 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
     printed one-time password; SIGINT leaves no process behind."""
     import signal
     import socket
+    import ssl
     import time
     import urllib.request
 
@@ -161,7 +162,8 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as ready:
+                context = ssl.create_default_context(cafile=str(tmp_path / "state" / "cluster" / "pki" / "ca.crt"))
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", timeout=1, context=context) as ready:
                     if ready.status == 200:
                         break
             except OSError:
@@ -174,6 +176,7 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
         out, _ = process.communicate(timeout=60)
         assert process.returncode == 0
         assert "one-time password:" in out and "admin@gateway.local" in out
+        assert f"gateway: https://127.0.0.1:{port}" in out  # kubectl sends tokens over TLS only
         time.sleep(1)
         state = str(tmp_path / "state")
         leftovers = [p for p in psutil.process_iter(["cmdline"]) if state in " ".join(p.info["cmdline"] or [])]
