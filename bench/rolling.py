@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from bench.stack import Stack, Tenant, free_port, wait_for_port
+from bench.stack import Stack, Tenant, free_port, start_nginx, wait_for_port
 
 
 def nginx_binary() -> str:
@@ -44,17 +44,7 @@ def _balancer(stack: Stack, ports: list[int]) -> tuple[subprocess.Popen[bytes], 
     directory.mkdir(exist_ok=True)
     port = free_port()
     servers = "\n".join(f"    server 127.0.0.1:{p} max_fails=0;" for p in ports)
-    (directory / "nginx.conf").write_text(f"""
-daemon off;
-master_process off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log off;
-  client_body_temp_path {directory};
-  proxy_temp_path {directory};
+    process = start_nginx(directory, f"""
   upstream gateways {{
 {servers}
     keepalive 64;
@@ -75,10 +65,7 @@ http {{
       proxy_read_timeout 1h;
     }}
   }}
-}}
-""")
-    process = subprocess.Popen([nginx_binary(), "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+""", nginx_binary())
     wait_for_port(port, "nginx")
     return process, port
 

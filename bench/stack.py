@@ -35,6 +35,26 @@ PASSWORD = "benchmark passphrase 1"
 
 
 
+def start_nginx(directory: Path, http_block: str, binary: str) -> subprocess.Popen[bytes]:
+    """One nginx worker in the foreground, everything it writes in `directory`."""
+    (directory / "nginx.conf").write_text(f"""
+daemon off;
+master_process off;
+worker_processes 1;
+pid {directory}/nginx.pid;
+error_log {directory}/error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  client_body_temp_path {directory};
+  proxy_temp_path {directory};
+{http_block}
+}}
+""")
+    return subprocess.Popen([binary, "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def wait_for_port(port: int, what: str) -> None:
     for _ in range(100):
         try:
@@ -208,17 +228,7 @@ class Stack:
         directory = self.root / "nginx"
         directory.mkdir()
         upstream = self.cluster.server.removeprefix("https://")
-        (directory / "nginx.conf").write_text(f"""
-daemon off;
-master_process off;
-worker_processes 1;
-pid {directory}/nginx.pid;
-error_log {directory}/error.log warn;
-events {{ worker_connections 16384; }}
-http {{
-  access_log off;
-  client_body_temp_path {directory};
-  proxy_temp_path {directory};
+        process = start_nginx(directory, f"""
   upstream api {{ server {upstream}; keepalive 1024; }}
   server {{
     listen 127.0.0.1:{port} ssl;
@@ -237,10 +247,7 @@ http {{
       proxy_read_timeout 1h;
     }}
   }}
-}}
-""")
-        process = subprocess.Popen([nginx, "-c", str(directory / "nginx.conf"), "-e", str(directory / "error.log")],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+""", nginx)
         wait_for_port(port, "nginx")
         self.references["nginx"] = Reference(f"https://127.0.0.1:{port}", {}, str(self.ca_file), process)
 
