@@ -184,7 +184,7 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
         except GatewayError:
             print(f"\nadmin {admin_email} exists already (password printed on the first run)\n", flush=True)
         print(f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
-              f"gateway: http://{settings.listen_host}:{settings.listen_port}\n", flush=True)
+              f"gateway and its web console: http://{settings.listen_host}:{settings.listen_port}/\n", flush=True)
         return cmd_serve(settings, args)
     finally:
         cluster.stop()

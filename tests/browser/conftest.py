@@ -75,22 +75,40 @@ def shots(request: pytest.FixtureRequest) -> Shots:
 
 
 class Watched:
-    """What a page said on its console: a CSP violation is a failed test."""
+    """The test's pages and what they said on their consoles: a CSP violation
+    is a failed test, and a failed test leaves a screenshot of every page."""
 
     def __init__(self) -> None:
         self.errors: list[str] = []
+        self.pages: list[Page] = []
 
     def attach(self, page: Page) -> Page:
         page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
+        self.pages.append(page)
         return page
 
     def csp_violations(self) -> list[str]:
         return [text for text in self.errors if "Content Security Policy" in text]
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    if call.when == "call":
+        item.stash[FAILED] = outcome.get_result().failed
+
+
+FAILED = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-def watched() -> Watched:
-    return Watched()
+async def watched(request: pytest.FixtureRequest, shots: Shots) -> AsyncIterator[Watched]:
+    found = Watched()
+    yield found
+    if request.node.stash.get(FAILED, False):
+        for number, page in enumerate(found.pages):
+            if not page.is_closed():
+                await shots.take(page, f"failed-page-{number}")
 
 
 async def new_page(browser: Browser, watched: Watched, **options: Any) -> Page:
