@@ -69,7 +69,14 @@ export function explain(status, code, message, retryAfter) {
     return `Too many requests. Try again ${when}.`;
   }
   if (status === 502 || status === 503 || status === 504) {
-    return `${message || "The cluster is unavailable."} Try again in a moment.`;
+    return `${sentence(message || "the cluster is unavailable")} Try again in a moment.`;
   }
-  return message || `The request failed (HTTP ${status}).`;
+  return message ? sentence(message) : `The request failed (HTTP ${status}).`;
+}
+
+// The gateway's and the API server's messages start small and end bare.
+function sentence(text) {
+  const trimmed = text.trim();
+  const capital = trimmed.charAt(0).toUpperCase() + trimmed.slice(1);
+  return /[.!?]$/.test(capital) ? capital : `${capital}.`;
 }

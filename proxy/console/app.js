@@ -331,8 +331,15 @@ function openTerminal(pod, detail) {
 
 // ---- administrators ------------------------------------------------------
 
+// There is no list of users in the API: the people who registered are in
+// the audit log (accounts made with the command line are not).
+function registrations() {
+  return json("GET", "/api/v1/audit?action=Register&limit=1000");
+}
+
 async function workspacesView(root) {
-  const workspaces = await json("GET", "/api/v1/workspaces?all=true");
+  const [workspaces, registered] = await Promise.all([json("GET", "/api/v1/workspaces?all=true"), registrations()]);
+  const emails = new Map(registered.map((row) => [row.user_id, row.details?.email]));
   const rows = workspaces.map((ws) => {
     const act = (verb, question) => {
       const button = h("button", { type: "button", disabled: (verb === "suspend") === (ws.status === "suspended") },
@@ -347,7 +354,7 @@ async function workspacesView(root) {
       return button;
     };
     return h("tr", {},
-      h("td", { text: ws.namespace }), h("td", { text: ws.user_id }), h("td", { text: ws.tier }),
+      h("td", { text: ws.namespace }), h("td", { text: emails.get(ws.user_id) ?? ws.user_id }), h("td", { text: ws.tier }),
       h("td", { class: `status-${ws.status}`, text: ws.status }),
       h("td", { class: "actions" },
         act("suspend", `Suspend ${ws.namespace}? Its owner loses access at once: kubeconfigs, watches and terminals end.`),
@@ -357,8 +364,7 @@ async function workspacesView(root) {
 }
 
 async function usersView(root) {
-  // There is no list of users in the API: the people who registered are in the audit log.
-  const registered = await json("GET", "/api/v1/audit?action=Register&limit=1000");
+  const registered = await registrations();
   const rows = registered.map((row) => {
     const act = (verb) => {
       const button = h("button", { type: "button" }, verb === "suspend" ? "Suspend user" : "Resume user");
