@@ -8,7 +8,7 @@ import { followLog, watchCollection } from "./streams.js";
 import { Terminal } from "./terminal.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { me: null, workspace: null, view: null, controller: null, terminal: null, noticeFrom: null };
+const state = { me: null, workspace: null, view: null, controller: null, panel: null, terminal: null, noticeFrom: null };
 
 // ---- notices -------------------------------------------------------------
 
@@ -65,6 +65,7 @@ function signedOut(message) {
   stopView();
   state.me = null;
   state.workspace = null;
+  state.view = null;
   $("signed-in").hidden = true;
   $("sign-out").hidden = true;
   $("who").textContent = "";
@@ -120,7 +121,8 @@ async function load() {
   $("sign-out").hidden = false;
   $("who").textContent = state.me.email + (state.me.is_admin ? " (administrator)" : "");
   renderTabs();
-  show(state.view && VIEWS[state.view] ? state.view : "My workspace");
+  const view = VIEWS[state.view];
+  show(view && (!view.admin || state.me.is_admin) ? state.view : "My workspace");
 }
 
 // ---- views ---------------------------------------------------------------

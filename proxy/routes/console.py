@@ -3,8 +3,8 @@
 The console is an ordinary web UI of the gateway: everything it does goes
 through `/api/v1/...` and `/k8s/...` with the session cookie and the CSRF
 header, exactly as a third-party UI on an allowed origin would. Its files
-are read once, at start-up, from the package; only the names listed here are
-served, so no request path ever reaches the file system.
+are read once, when this module is imported, from the package; a request
+only picks one of them by name, so no request path reaches the file system.
 
 Its pages are the only answers of the gateway that run code, so they alone
 get a policy that allows scripts, and only the gateway's own: no inline
@@ -24,8 +24,8 @@ CONSOLE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect
 """What a console page may load and where its scripts may connect: the
 gateway's own origin only (same-origin `wss:` included, CSP Level 3)."""
 
-_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
-_ASSET = "{name:[a-z][a-z0-9-]*\\.(?:js|css|svg)}"
+_TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
+_ASSET = "{name:[a-z][a-z0-9-]*\\.(?:js|css)}"
 
 routes = web.RouteTableDef()
 

@@ -45,9 +45,16 @@ async def test_an_ended_session_leads_back_to_sign_in(cluster: LocalCluster, gat
     page = await new_page(browser, watched)
     await sign_in(page, base, tenant.email)
 
-    # When an administrator suspends the user, which ends every session of theirs
+    # When an administrator suspends the user in the console, which ends every session of theirs
     admin = await admin_session(gateway, database_url)
-    assert (await admin.call("POST", f"/api/v1/users/{tenant.user_id}/suspend")).status == 200
+    admin_page = await new_page(browser, watched)
+    await sign_in(admin_page, base, admin.email)
+    await admin_page.get_by_role("button", name="Users", exact=True).click()
+    row = admin_page.get_by_role("row").filter(has_text=tenant.email)
+    admin_page.once("dialog", lambda dialog: dialog.accept())
+    await row.get_by_role("button", name="Suspend user").click()
+    await expect(admin_page.get_by_role("alert")).to_have_text(f"{tenant.email} is suspended.")
+    await shots.take(admin_page, "user-suspended")
 
     # Then the page's next request goes back to sign-in and says why
     await page.get_by_role("button", name="My workspace", exact=True).click()

@@ -132,6 +132,14 @@ async def test_admin_suspends_a_tenant_whose_page_is_open(cluster: LocalCluster,
     await shots.take(admin_page, "admin-audit")
     await admin_page.get_by_role("button", name="Users", exact=True).click()
     await expect(admin_page.get_by_role("table", name="Registered users")).to_contain_text(tenant.email)
+
+    # When the administrator resumes the workspace, the tenant's open page has its pods back
+    await admin_page.get_by_role("button", name="Workspaces", exact=True).click()
+    admin_page.once("dialog", lambda dialog: dialog.accept())
+    await row.get_by_role("button", name="Resume", exact=True).click()
+    await expect(row).to_contain_text("provisioned", timeout=90_000)
+    await expect(tenant_page.get_by_role("list", name="Pods")).to_contain_text("No pods yet", timeout=30_000)
+    await expect(tenant_page.get_by_role("alert")).to_be_hidden()
     await admin_page.get_by_role("button", name="Sign out").click()
     await expect(admin_page.get_by_role("button", name="Sign in", exact=True)).to_be_visible()
     assert not watched.csp_violations()
