@@ -5,6 +5,7 @@
 import { ApiError, call, json } from "./api.js";
 import { h, table } from "./dom.js";
 import { followLog, watchCollection } from "./streams.js";
+import { KUBECONFIG, formats as kubeconfigFormats, howToUse } from "./kubeconfigs.js";
 import { Terminal } from "./terminal.js";
 
 const $ = (id) => document.getElementById(id);
@@ -179,8 +180,8 @@ function needsWorkspace(root) {
 }
 
 async function workspaceView(root) {
+  const api = await json("GET", "/api/v1/openapi.json");
   if (!state.workspace) {
-    const api = await json("GET", "/api/v1/openapi.json");
     const tiers = api.components.schemas.InitRequest.properties.tier.enum ?? ["basic"];
     const select = h("select", { id: "tier" }, tiers.map((tier) => h("option", { value: tier, text: tier })));
     const create = h("button", { type: "submit", class: "primary" }, "Create workspace");
@@ -201,12 +202,21 @@ async function workspaceView(root) {
     h("dt", { text: "Tier" }), h("dd", { text: ws.tier }),
     h("dt", { text: "Status" }), h("dd", { text: ws.status }),
     h("dt", { text: "Workspace id" }), h("dd", { text: ws.id })));
+  const formats = kubeconfigFormats(api);
+  const format = h("select", { id: "kubeconfig-format" }, formats.map((f) => h("option", { value: f, text: f })));
+  const explanation = h("p", {});
+  const commands = h("pre", { class: "commands" });
+  const explain = () => {
+    [explanation.textContent, commands.textContent] = howToUse(format.value, location.origin);
+  };
+  format.addEventListener("change", explain);
+  explain();
   const download = h("button", { type: "button", class: "primary" }, "Download kubeconfig");
-  download.addEventListener("click", busy(download, downloadKubeconfig));
+  download.addEventListener("click", busy(download, () => downloadKubeconfig(format.value)));
   root.append(h("div", { class: "card" },
-    h("h3", { text: "Use it with kubectl" }), download,
-    h("p", { text: "The kubeconfig holds a token valid for 2 hours. Then:" }),
-    h("pre", { class: "commands", text: 'export KUBECONFIG="$PWD/kubeconfig.yaml"\nkubectl get pods' })));
+    h("h3", { text: "Use it with kubectl" }),
+    formats.length > 1 ? h("div", { class: "row" }, h("label", { for: "kubeconfig-format", text: "Format" }), format) : null,
+    h("div", { class: "row" }, download), explanation, commands));
   const quota = h("div", { class: "card" }, h("p", { text: "Reading the quota…" }));
   root.append(quota);
   const quotas = await json("GET", namespaced("api/v1", "resourcequotas"));
@@ -219,16 +229,17 @@ async function workspaceView(root) {
   quota.replaceChildren(table("Quota use", ["Resource", "Used", "Hard"], rows));
 }
 
-async function downloadKubeconfig() {
-  const query = `?workspace_id=${encodeURIComponent(state.workspace.id)}`;
-  const blob = await (await call("GET", `/api/v1/workspaces/credentials/kubeconfig${query}`)).blob();
+async function downloadKubeconfig(format) {
+  const query = new URLSearchParams({ workspace_id: state.workspace.id });
+  if (format !== "token") query.set("format", format);
+  const blob = await (await call("GET", `${KUBECONFIG}?${query}`)).blob();
   const url = URL.createObjectURL(blob);
   const link = h("a", { href: url, download: "kubeconfig.yaml" });
   document.body.append(link);
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 1000);
-  notice("kubeconfig.yaml downloaded: its token is valid for 2 hours.", "action");
+  notice(format === "token" ? "kubeconfig.yaml downloaded: its token is valid for 2 hours." : "kubeconfig.yaml downloaded.", "action");
 }
 
 async function resourceView(name, root, signal) {

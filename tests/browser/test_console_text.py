@@ -64,3 +64,21 @@ async def test_tty_output_becomes_plain_text(cluster: LocalCluster, gateway: Any
         return cases.map(([raw]) => printable(raw));
     }""", PRINTABLE)
     assert shown == [expected for _, expected in PRINTABLE]
+
+
+async def test_kubeconfig_formats_follow_the_gateways_document(cluster: LocalCluster, gateway: Any, browser: Browser,
+                                                              watched: Watched) -> None:
+    page = await console(browser, watched, gateway)
+    served = await (await gateway.get("/api/v1/openapi.json")).json()
+    with_exec = {"paths": {"/api/v1/workspaces/credentials/kubeconfig": {"get": {"parameters": [
+        {"name": "workspace_id", "in": "query"},
+        {"name": "format", "in": "query", "schema": {"type": "string", "enum": ["token", "exec"]}}]}}}}
+    found = await page.evaluate("""async ([served, withExec]) => {
+        const { formats, howToUse } = await import("/console/kubeconfigs.js");
+        return [formats(served), formats(withExec), howToUse("token", "https://gw"), howToUse("exec", "https://gw")];
+    }""", [served, with_exec])
+    # This gateway documents no `format` yet: only the token kubeconfig is offered
+    assert found[0] == ["token"]
+    assert found[1] == ["token", "exec"]
+    assert found[2][1] == 'export KUBECONFIG="$PWD/kubeconfig.yaml"\nkubectl get pods'
+    assert found[3][1].startswith("tenant-gateway login --gateway https://gw\n")
