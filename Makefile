@@ -4,6 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
+CHROMIUM := /usr/bin/chromium
+
 .PHONY: run test lint bench cluster-binaries clean
 
 $(STAMP): pyproject.toml
@@ -17,6 +19,13 @@ $(STAMP): pyproject.toml
 cluster-binaries:
 	bash deploy/local-cluster/build.sh >/dev/null
 
+# The browser tests (tests/browser) drive Debian's Chromium headless:
+# Playwright cannot download its own browsers here. Installed only when missing.
+$(CHROMIUM):
+	@command -v apt-get >/dev/null || { echo "tests/browser needs Chromium at $(CHROMIUM); install it"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
+
 run: $(STAMP) cluster-binaries
 	$(BIN)/tenant-gateway dev
 
@@ -24,7 +33,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) cluster-binaries lint
+test: $(STAMP) cluster-binaries lint $(CHROMIUM)
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: $(STAMP) cluster-binaries

@@ -33,7 +33,7 @@ from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
-from proxy.routes import accounts, health, workspaces
+from proxy.routes import accounts, console, health, workspaces
 from proxy.settings import Settings
 
 _SECURITY_HEADERS = {
@@ -102,7 +102,8 @@ async def _on_response_prepare(request: web.Request, response: web.StreamRespons
         headers.setdefault(name, value)
     # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
     headers["Server"] = "tenant-gateway"
-    # Every answer is data, never a page: even a pod log opened by navigation runs nothing.
+    # Every answer is data, never a page: even a pod log opened by navigation
+    # runs nothing. The console's own pages bring theirs (proxy.routes.console).
     headers.setdefault("Content-Security-Policy", _API_CSP)
     origin = request.headers.get("Origin")
     if origin and origin in request.app[keys.SETTINGS].cors_origins:
@@ -163,7 +164,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await trimmer.stop()
 
     app.cleanup_ctx.extend([database, kubernetes, heap, metrics_listener(settings)])
-    for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes):
+    for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes, console.routes):
         app.router.add_routes(table)
     setup_passthrough(app)
     return app

@@ -221,7 +221,8 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
         except GatewayError:
             print(f"\nadmin {admin_email} exists already (password printed on the first run)\n", flush=True)
         print(f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
-              f"gateway: https://{settings.listen_host}:{settings.listen_port}\n{trust}", flush=True)
+              f"gateway and its web console: https://{settings.listen_host}:{settings.listen_port}/\n{trust}",
+              flush=True)
         return cmd_serve(settings, args)
     finally:
         cluster.stop()

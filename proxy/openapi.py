@@ -89,6 +89,10 @@ DOCUMENT: dict[str, Any] = {
             _query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"), _query("action"),
             _query("limit", "integer")])},
         "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},
+        "/": {"get": _op("The web console (its page)", 200, auth=False, ok_type="text/html")},
+        "/console/{name}": {"get": _op("The web console's scripts and style", 200, auth=False, ok_type="text/javascript",
+                                       errors=(404,), params=[
+            {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}])},
         "/healthz": {"get": _op("Liveness", 200, auth=False)},
         "/readyz": {"get": _op("Readiness: database and API server reachable", 200, auth=False, errors=(503,))},
         "/k8s/{workspace_id}/{path}": {method: _k8s_errors(_op(

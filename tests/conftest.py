@@ -190,7 +190,10 @@ def no_subprotocol_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Unit tests are pure and fast: a tight per-test timeout catches a hang
-    or an accidental network call at once (integration keeps the global one)."""
+    or an accidental network call at once (integration keeps the global one).
+    The browser ring runs last: it is the slowest, and a failure in a ring
+    below explains one there."""
     for item in items:
         if "tests/unit/" in str(item.fspath) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(10))
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

@@ -176,7 +176,7 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
         out, _ = process.communicate(timeout=60)
         assert process.returncode == 0
         assert "one-time password:" in out and "admin@gateway.local" in out
-        assert f"gateway: https://127.0.0.1:{port}" in out  # kubectl sends tokens over TLS only
+        assert f"gateway and its web console: https://127.0.0.1:{port}/" in out  # kubectl sends tokens over TLS only
         time.sleep(1)
         state = str(tmp_path / "state")
         leftovers = [p for p in psutil.process_iter(["cmdline"]) if state in " ".join(p.info["cmdline"] or [])]
