@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench cluster-binaries clean
+.PHONY: run test lint bench cluster-binaries keycloak-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 cluster-binaries:
 	bash deploy/local-cluster/build.sh >/dev/null
 
+# The identity provider the SSO tests sign in through (devstack/keycloak.py):
+# fetched once from Maven Central into ~/.cache/tenant-gateway.
+keycloak-dist: $(STAMP)
+	$(BIN)/python -c "from devstack.keycloak import ensure_distribution; ensure_distribution()"
+
 run: $(STAMP) cluster-binaries
 	$(BIN)/tenant-gateway dev
 
@@ -24,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) cluster-binaries lint
+test: $(STAMP) cluster-binaries keycloak-dist lint
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: $(STAMP) cluster-binaries

@@ -196,3 +196,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/unit/" in str(item.fspath) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(10))
+        # The first test to ask for Keycloak waits for its JVM to start (minutes on 2 shared cores).
+        if "keycloak" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(600))
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Keycloak for the session, two organisations' realms imported
+    (devstack.keycloak). Never skipped: a failure to fetch or start it errors
+    every test that needs it with one line saying why."""
+    from devstack.keycloak import KeycloakStartError, start_keycloak
+
+    try:
+        local = start_keycloak(tmp_path_factory.mktemp("keycloak"))
+    except KeycloakStartError as error:
+        pytest.fail(str(error).splitlines()[0] if str(error) else "Keycloak did not start", pytrace=False)
+    try:
+        yield local
+    finally:
+        local.stop()
