@@ -26,13 +26,14 @@ from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from proxy import keys, logs
 from proxy.auth.authenticating import Authenticator
+from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
 from proxy.errors import error_middleware, error_response
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
-from proxy.routes import accounts, health, workspaces
+from proxy.routes import accounts, health, sso, workspaces
 from proxy.settings import Settings
 
 _SECURITY_HEADERS = {
@@ -132,6 +133,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app[keys.METRICS] = Metrics()
     app.on_response_prepare.append(_on_response_prepare)
 
+    async def identity_providers(app: web.Application) -> AsyncIterator[None]:
+        registry = OIDCRegistry(settings.oidc_providers)
+        app[keys.OIDC] = registry
+        yield
+        await registry.close()
+
     async def database(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(database_dsn, on_checkout=app[keys.METRICS].database_checkouts.inc)
         if apply_migrations:
@@ -140,7 +147,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         app[keys.DATABASE] = db
         events = EventListener(database_dsn)
         app[keys.EVENTS] = events
-        app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events)
+        app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events, oidc=app[keys.OIDC])
         await events.start()
         yield
         # Last to stop: everything before may still write (queued audit rows).
@@ -161,8 +168,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
         await trimmer.stop()
 
-    app.cleanup_ctx.extend([database, kubernetes, heap])
-    for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes):
+    app.cleanup_ctx.extend([identity_providers, database, kubernetes, heap])
+    for table in (health.routes, accounts.routes, sso.routes, workspaces.routes, openapi.routes):
         app.router.add_routes(table)
     setup_passthrough(app)
     return app

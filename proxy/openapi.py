@@ -53,6 +53,10 @@ def _path_id(name: str = "id") -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
 
+def _path_name() -> dict[str, Any]:
+    return {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
 def _query(name: str, schema_type: str = "string", *, fmt: str | None = None) -> dict[str, Any]:
     schema = {"type": schema_type} | ({"format": fmt} if fmt else {})
     return {"name": name, "in": "query", "required": False, "schema": schema}
@@ -67,6 +71,14 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/auth/login": {"post": _op("Log in: session token, cookies and CSRF token", 200, body="Credentials",
                                            auth=False, errors=(400, 401, 429, 503))},
         "/api/v1/auth/logout": {"post": _op("End the session everywhere", 204, errors=(403, 503))},
+        "/api/v1/auth/providers": {"get": _op("The identity providers one may sign in with", 200, auth=False)},
+        "/api/v1/auth/oidc/{name}/login": {"get": _op(
+            "Start signing in with a provider: 302 to it (authorization code, PKCE S256, state, nonce)", 302,
+            auth=False, ok_type="text/plain", errors=(404, 429, 503),
+            params=[_path_name(), _query("next")])},
+        "/api/v1/auth/oidc/{name}/callback": {"get": _op(
+            "The provider's answer: session cookies and 302 to next", 302, auth=False, ok_type="text/plain",
+            errors=(401, 404, 503), params=[_path_name(), _query("state"), _query("code")])},
         "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(503,))},
         "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
                                                 errors=(400, 403, 429, 503),

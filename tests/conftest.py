@@ -147,7 +147,8 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
                  gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
-    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app.
+    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app;
+    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list.
     `inject` adds middlewares inside the gateway's own (after its error
     middleware): fault injection for what no real component produces on cue."""
     import aiohttp
@@ -158,9 +159,12 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, inject: tuple[Any, ...] = (), **env: str) -> Any:
+    async def make(*, kube: Any = None, inject: tuple[Any, ...] = (),
+                   oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
+        import yaml
+
         merged = {**gateway_env, **env}
-        settings = load_settings(merged)
+        settings = load_settings(merged, providers_text=yaml.safe_dump(oidc_providers) if oidc_providers else None)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
         app.middlewares.extend(inject)
         server = TestServer(app, scheme="https")
