@@ -33,7 +33,7 @@ from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
-from proxy.routes import accounts, health, sso, workspaces
+from proxy.routes import accounts, device, health, sso, workspaces
 from proxy.settings import Settings
 
 _SECURITY_HEADERS = {
@@ -169,7 +169,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await trimmer.stop()
 
     app.cleanup_ctx.extend([identity_providers, database, kubernetes, heap])
-    for table in (health.routes, accounts.routes, sso.routes, workspaces.routes, openapi.routes):
+    for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, openapi.routes):
         app.router.add_routes(table)
     setup_passthrough(app)
     return app

@@ -1,4 +1,4 @@
-"""`tenant-gateway serve | migrate | user create | check | dev`."""
+"""`tenant-gateway serve | migrate | user create | check | dev` (the server side; see proxy.command)."""
 
 from __future__ import annotations
 
@@ -198,6 +198,11 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--no-migrate", action="store_true", help="do not apply database migrations at start")
         cmd.add_argument("--allow-excess-permissions", action="store_true",
                          help="start even if the Kubernetes credential holds forbidden permissions (logged loudly)")
+    for name, help_text in (("login", "sign in from the command line (device sign-in)"),
+                            ("credential", "print a kubectl ExecCredential (kubectl's exec plugin)"),
+                            ("logout", "end the stored command-line session and forget it")):
+        # Listed for --help; proxy.command runs them before this module is imported.
+        sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser("check", help="check the gateway's own Kubernetes permissions")
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)

@@ -121,7 +121,7 @@ async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
     await db.fetchrow("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
 
 
-# -- sign-in in progress -------------------------------------------------------
+# -- sign-in in progress (browser and device) ----------------------------------
 
 async def start_oidc_login(db: Database, *, state_hash: bytes, provider: str, nonce: str, code_verifier: str,
                            redirect_uri: str, next_path: str, browser_hash: bytes, ttl_seconds: int) -> None:
@@ -143,6 +143,45 @@ async def consume_oidc_login(db: Database, state_hash: bytes, provider: str) -> 
     if row is None or not row["live"] or row["provider"] != provider:
         return None
     return dict(row)
+
+
+async def create_device_code(db: Database, device_hash: bytes, user_code: str, ttl_seconds: int) -> bool:
+    """False when the user code collides with a live one (the caller draws again)."""
+    row = await db.fetchrow(
+        """WITH swept AS (DELETE FROM device_codes WHERE expires_at < now() - interval '1 hour')
+           INSERT INTO device_codes (device_hash, user_code, expires_at)
+           VALUES ($1, $2, now() + make_interval(secs => $3)) ON CONFLICT DO NOTHING RETURNING 1""",
+        device_hash, user_code, ttl_seconds,
+    )
+    return row is not None
+
+
+async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID) -> bool:
+    """Approve a live, not yet approved code; False otherwise (unknown, expired, used)."""
+    row = await db.fetchrow(
+        """UPDATE device_codes SET approved_by = $2
+           WHERE user_code = $1 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
+           RETURNING 1""", user_code, user_id)
+    return row is not None
+
+
+async def consume_device_code(db: Database, device_hash: bytes) -> tuple[str, uuid.UUID | None]:
+    """("unknown"|"expired"|"pending"|"approved", user id). Approved codes are
+    consumed in the same statement: exactly one poller gets the session."""
+    row = await db.fetchrow(
+        """WITH taken AS (
+               UPDATE device_codes SET consumed_at = now()
+               WHERE device_hash = $1 AND approved_by IS NOT NULL AND consumed_at IS NULL AND expires_at > now()
+               RETURNING approved_by)
+           SELECT d.expires_at > now() AS live, d.consumed_at IS NOT NULL AS used, t.approved_by AS taken_by
+           FROM device_codes d LEFT JOIN taken t ON true WHERE d.device_hash = $1""", device_hash)
+    if row is None or row["used"]:
+        return "unknown", None
+    if row["taken_by"] is not None:
+        return "approved", row["taken_by"]
+    if not row["live"]:
+        return "expired", None
+    return "pending", None
 
 
 # -- workspaces ---------------------------------------------------------------

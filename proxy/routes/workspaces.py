@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import uuid
+
 from aiohttp import web
 
 from provisioning import credentials, onboarding, suspension
 from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden, NotFound
+from provisioning.kubeconfig import render_exec_kubeconfig
 from provisioning.models import Workspace
 from proxy import keys, ratelimit
-from proxy.routes.common import ID_SEGMENT, admin, client_ip, principal, query_flag, query_uuid, read_json, uuid_from
+from proxy.routes.common import (ID_SEGMENT, admin, client_ip, principal, public_origin, query_flag, query_uuid,
+                                 read_json, uuid_from)
 
 routes = web.RouteTableDef()
 
@@ -51,23 +55,55 @@ async def list_workspaces(request: web.Request) -> web.Response:
     return web.json_response([_with_quota(request, w) for w in found])
 
 
+def _workspace_query(request: web.Request) -> uuid.UUID | None:
+    raw_id = request.query.get("workspace_id")
+    return uuid_from(raw_id, "workspace") if raw_id else None
+
+
 @routes.get("/api/v1/workspaces/credentials/kubeconfig")
 async def kubeconfig(request: web.Request) -> web.Response:
     who = await principal(request)
     app = request.app
-    settings, kube = app[keys.SETTINGS], app[keys.KUBE]
-    raw_id = request.query.get("workspace_id")
-    workspace_id = uuid_from(raw_id, "workspace") if raw_id else None
-    text = await credentials.issue_kubeconfig(
-        app[keys.DATABASE], kube, who.user, workspace_id, ip_address=client_ip(request),
-        ttl_seconds=settings.token_ttl_seconds,
-        public_server=settings.public_server or kube.endpoint.server,
-        public_ca_base64=app[keys.PUBLIC_CA_BASE64],
-    )
+    settings, kube, db = app[keys.SETTINGS], app[keys.KUBE], app[keys.DATABASE]
+    form = request.query.get("format", "token")
+    if form not in ("token", "exec"):
+        raise BadRequest("format must be token or exec", code="invalid_query")
+    public_server = settings.public_server or kube.endpoint.server
+    if form == "exec":
+        # No token in it, so nothing to mint or audit: each token the plugin
+        # fetches later is issued (and audited) by the token route.
+        workspace = await credentials.workspace_for(db, who.user, _workspace_query(request))
+        credentials.require_usable(workspace)
+        text = render_exec_kubeconfig(server=public_server, ca_base64=app[keys.PUBLIC_CA_BASE64],
+                                      namespace=workspace.namespace,
+                                      gateway=settings.gateway_url or public_origin(request),
+                                      workspace_id=str(workspace.id))
+    else:
+        text = await credentials.issue_kubeconfig(
+            db, kube, who.user, _workspace_query(request), ip_address=client_ip(request),
+            ttl_seconds=settings.token_ttl_seconds, public_server=public_server,
+            public_ca_base64=app[keys.PUBLIC_CA_BASE64],
+        )
     return web.Response(text=text, content_type="application/x-yaml", headers={
         "Cache-Control": "no-store",
         "Content-Disposition": 'attachment; filename="kubeconfig.yaml"',
     })
+
+
+@routes.get("/api/v1/workspaces/credentials/token")
+async def token(request: web.Request) -> web.Response:
+    """What `tenant-gateway credential` fetches: the kubeconfig's token, audited the same way."""
+    who = await principal(request)
+    app = request.app
+    settings, kube = app[keys.SETTINGS], app[keys.KUBE]
+    workspace, issued = await credentials.issue_token(
+        app[keys.DATABASE], kube, who.user, _workspace_query(request), ip_address=client_ip(request),
+        ttl_seconds=settings.token_ttl_seconds, via="credential")
+    return web.json_response({
+        "token": issued.token, "expires_at": issued.expires_at.isoformat(), "namespace": workspace.namespace,
+        "server": settings.public_server or kube.endpoint.server,
+        "certificate_authority_data": app[keys.PUBLIC_CA_BASE64],
+    }, headers={"Cache-Control": "no-store"})
 
 
 @routes.get(f"/api/v1/workspaces/{ID_SEGMENT}")

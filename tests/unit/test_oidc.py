@@ -18,6 +18,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from provisioning.kubeconfig import render_exec_kubeconfig
 from proxy.auth import oidc_flow, oidc_tokens
 from proxy.auth.oidc_providers import OIDCProvider, parse_providers
 from proxy.auth.oidc_tokens import InvalidIdToken
@@ -148,3 +149,12 @@ def test_settings_read_providers_from_their_file_or_the_config_file() -> None:
 def test_a_bad_provider_entry_stops_start_up_naming_the_field(entry: dict[str, Any], says: str) -> None:
     with pytest.raises(SettingsError, match=says):
         load_settings({}, providers_text=yaml.safe_dump([entry]))
+
+
+def test_an_exec_kubeconfig_holds_no_token() -> None:
+    document = yaml.safe_load(render_exec_kubeconfig(server="https://k", ca_base64="QQ==", namespace="tenant-x",
+                                                     gateway="https://gw.example", workspace_id="w-1"))
+    user = document["users"][0]["user"]
+    assert "token" not in user
+    assert user["exec"]["args"] == ["credential", "--gateway", "https://gw.example", "--workspace", "w-1"]
+    assert user["exec"]["apiVersion"] == "client.authentication.k8s.io/v1"
