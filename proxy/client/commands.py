@@ -1,19 +1,22 @@
-"""`tenant-gateway login | credential | logout` (standard library only; see the package docstring)."""
+"""`tenant-gateway login | credential | logout` (standard library only; see the package docstring).
+
+ssl, urllib.request and webbrowser are imported where they are used: a
+cached token is answered without them (they are two thirds of the start-up).
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
-import ssl
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-import webbrowser
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import ssl
 
 from proxy.client import store
 
@@ -45,12 +48,17 @@ def _gateway(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def _context(ca_file: str | None) -> ssl.SSLContext:
+def _context(ca_file: str | None) -> "ssl.SSLContext":
+    import ssl
+
     return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
 
 
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
           token: str | None = None) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
     headers = {"Accept": "application/json"}
     data = None
     if body is not None:
@@ -93,6 +101,8 @@ def cmd_login(args: argparse.Namespace) -> int:
     link = str(started.get("verification_uri_complete") or started.get("verification_uri"))
     print(f"To sign in, open {link}\nand approve the code {started.get('user_code')}", file=sys.stderr, flush=True)
     if not args.no_browser:
+        import webbrowser
+
         try:
             webbrowser.open(link)
         except webbrowser.Error:
