@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test lint bench cluster-binaries clean
+.PHONY: run test lint bench cluster-binaries keycloak-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }
 
+# The identity provider the SSO tests sign in through (devstack/keycloak.py):
+# fetched once from Maven Central into ~/.cache/tenant-gateway.
+keycloak-dist: $(STAMP)
+	$(BIN)/python -c "from devstack.keycloak import ensure_distribution; ensure_distribution()"
+
 run: $(STAMP) cluster-binaries
 	$(BIN)/tenant-gateway dev
 
@@ -33,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) cluster-binaries lint $(CHROMIUM)
+test: $(STAMP) cluster-binaries keycloak-dist lint $(CHROMIUM)
 	$(BIN)/pytest -p no:cacheprovider
 
 bench: $(STAMP) cluster-binaries

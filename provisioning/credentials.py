@@ -19,7 +19,7 @@ from provisioning.errors import ClusterUnavailable, Conflict, Forbidden, NotFoun
 from provisioning.kube.client import KubeClient
 from provisioning.kube.tokens import request_token
 from provisioning.kubeconfig import render_kubeconfig
-from provisioning.models import AuditEvent, User, Workspace
+from provisioning.models import AuditEvent, IssuedToken, User, Workspace
 
 
 async def workspace_for(db: Database, user: User, workspace_id: uuid.UUID | None) -> Workspace:
@@ -46,9 +46,11 @@ def require_usable(workspace: Workspace) -> None:
                        code="workspace_not_ready")
 
 
-async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
-                           ip_address: str | None, ttl_seconds: int, public_server: str,
-                           public_ca_base64: str) -> str:
+async def issue_token(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
+                      ip_address: str | None, ttl_seconds: int, via: str = "kubeconfig") -> tuple[Workspace, IssuedToken]:
+    """Mint a tenant token and commit its `IssueKubeconfig` audit row: the one
+    path for a downloaded kubeconfig and for a token fetched by the kubectl
+    exec plugin (`via` tells them apart in the row)."""
     workspace = await workspace_for(db, user, workspace_id)
     require_usable(workspace)
     try:
@@ -62,10 +64,19 @@ async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace
             "service_account": workspace.service_account,
             "credential_id": issued.credential_id,
             "expires_at": issued.expires_at.isoformat(),
+            "via": via,
         },
     ))
     if not recorded:
         raise Forbidden("this workspace was suspended while the kubeconfig was being issued",
                         code="workspace_suspended")
+    return workspace, issued
+
+
+async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
+                           ip_address: str | None, ttl_seconds: int, public_server: str,
+                           public_ca_base64: str) -> str:
+    workspace, issued = await issue_token(db, kube, user, workspace_id, ip_address=ip_address,
+                                          ttl_seconds=ttl_seconds)
     return render_kubeconfig(server=public_server, ca_base64=public_ca_base64,
                              namespace=workspace.namespace, token=issued.token)

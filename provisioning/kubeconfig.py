@@ -1,6 +1,6 @@
 """Render the contract's kubeconfig. Pure.
 
-The document is fixed but for four values, so it is a template: every value
+The document is fixed but for four values (and which credential it holds), so it is a template: every value
 goes in as a JSON string, which is also a YAML double-quoted scalar, so no
 namespace, server, CA or token can end its scalar early or add structure.
 Values must be printable ASCII (a URL, a DNS label, base64 and a JWT always
@@ -32,7 +32,16 @@ current-context: tenant-context
 users:
 - name: {user}
   user:
-    token: {token}
+{credential}"""
+
+
+_EXEC_USER = """\
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: tenant-gateway
+      args: [credential, --gateway, {gateway}, --workspace, {workspace}]
+      interactiveMode: IfAvailable
+      provideClusterInfo: false
 """
 
 
@@ -42,7 +51,18 @@ def _scalar(value: str) -> str:
     return json.dumps(value)
 
 
-def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str) -> str:
+def _render(server: str, ca_base64: str, namespace: str, credential: str) -> str:
     ca = f"    certificate-authority-data: {_scalar(ca_base64)}\n" if ca_base64 else ""
     return _TEMPLATE.format(server=_scalar(server), ca=ca, namespace=_scalar(namespace),
-                            user=_scalar(TENANT_SERVICE_ACCOUNT), token=_scalar(token))
+                            user=_scalar(TENANT_SERVICE_ACCOUNT), credential=credential)
+
+
+def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str) -> str:
+    return _render(server, ca_base64, namespace, f"    token: {_scalar(token)}\n")
+
+
+def render_exec_kubeconfig(*, server: str, ca_base64: str, namespace: str, gateway: str, workspace_id: str) -> str:
+    """The same cluster and context; the user runs `tenant-gateway credential`
+    (the contract's `format=exec`), so the file holds no token at all."""
+    return _render(server, ca_base64, namespace,
+                   _EXEC_USER.format(gateway=_scalar(gateway), workspace=_scalar(workspace_id)))

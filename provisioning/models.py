@@ -17,9 +17,14 @@ class User:
     email: str
     is_admin: bool
     status: str = "active"
+    provider: str | None = None
+    """The identity provider the user signs in with; None for a password account."""
 
     def public(self) -> dict[str, Any]:
-        return {"id": str(self.id), "email": self.email, "is_admin": self.is_admin}
+        body: dict[str, Any] = {"id": str(self.id), "email": self.email, "is_admin": self.is_admin}
+        if self.provider is not None:
+            body["provider"] = self.provider
+        return body
 
 
 @dataclass(frozen=True)

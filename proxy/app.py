@@ -26,6 +26,7 @@ from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from proxy import keys, logs
 from proxy.auth.authenticating import Authenticator
+from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
 from proxy.errors import error_middleware, error_response
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
@@ -33,7 +34,7 @@ from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
 from proxy.passthrough.wiring import setup_passthrough
 from proxy import openapi
-from proxy.routes import accounts, console, health, workspaces
+from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings
 
 _SECURITY_HEADERS = {
@@ -134,6 +135,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app[keys.METRICS] = Metrics()
     app.on_response_prepare.append(_on_response_prepare)
 
+    async def identity_providers(app: web.Application) -> AsyncIterator[None]:
+        registry = OIDCRegistry(settings.oidc_providers)
+        app[keys.OIDC] = registry
+        yield
+        await registry.close()
+
     async def database(app: web.Application) -> AsyncIterator[None]:
         db = await Database.connect(database_dsn, on_checkout=app[keys.METRICS].database_checkouts.inc)
         if apply_migrations:
@@ -142,7 +149,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         app[keys.DATABASE] = db
         events = EventListener(database_dsn)
         app[keys.EVENTS] = events
-        app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events)
+        app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events, oidc=app[keys.OIDC])
         await events.start()
         yield
         # Last to stop: everything before may still write (queued audit rows).
@@ -163,8 +170,9 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
         await trimmer.stop()
 
-    app.cleanup_ctx.extend([database, kubernetes, heap, metrics_listener(settings)])
-    for table in (health.routes, accounts.routes, workspaces.routes, openapi.routes, console.routes):
+    app.cleanup_ctx.extend([identity_providers, database, kubernetes, heap, metrics_listener(settings)])
+    for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, openapi.routes,
+                  console.routes):
         app.router.add_routes(table)
     setup_passthrough(app)
     return app

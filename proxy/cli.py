@@ -1,4 +1,4 @@
-"""`tenant-gateway serve | migrate | user create | check | reconcile | dev`."""
+"""`tenant-gateway serve | migrate | user create | check | reconcile | dev` (the server side; see proxy.command)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import secrets
 import ssl
 import sys
-from typing import NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence
 
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
@@ -196,8 +196,35 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     return asyncio.run(serve(app, settings, tls, handler_args()))
 
 
+def _with_keycloak(settings: Settings) -> tuple[Settings, Callable[[], None]]:
+    """Start the dev Keycloak (devstack.keycloak) and trust its two organisations' realms."""
+    from devstack.keycloak import PASSWORD, KeycloakStartError, start_keycloak
+    from proxy.auth.oidc_providers import parse_providers
+
+    print("starting Keycloak (two organisations: org-a, org-b); its JVM takes a minute or two...", flush=True)
+    try:
+        keycloak = start_keycloak(settings.data_dir.resolve() / "keycloak", redirect_uris=(
+            f"http://{settings.listen_host}:{settings.listen_port}/*", "http://127.0.0.1:*", "https://127.0.0.1:*"))
+    except KeycloakStartError as error:
+        _fail(str(error).splitlines()[0], 1)
+    providers = parse_providers([keycloak.provider_config(spec.name) for spec in keycloak.realms])
+    print(f"Keycloak: {keycloak.base_url} (realms org-a, org-b); sign in as alice, bob, dave (org-a) or "
+          f"alice, erin (org-b), password {PASSWORD!r}; alice@org-a and erin@org-b are gateway admins\n", flush=True)
+    return dataclasses.replace(settings, oidc_providers=settings.oidc_providers + providers), keycloak.stop
+
+
 def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
-    """Everything local: embedded PostgreSQL, a local cluster, a first admin."""
+    """Everything local: embedded PostgreSQL, a local cluster, a first admin (and, if asked, Keycloak)."""
+    stop_keycloak: Callable[[], None] = lambda: None
+    if args.with_keycloak:
+        settings, stop_keycloak = _with_keycloak(settings)
+    try:
+        return _dev(settings, args)
+    finally:
+        stop_keycloak()
+
+
+def _dev(settings: Settings, args: argparse.Namespace) -> int:
     from devstack.cluster import start_local_cluster
 
     cluster = start_local_cluster(settings.data_dir.resolve() / "cluster")
@@ -236,6 +263,14 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--no-migrate", action="store_true", help="do not apply database migrations at start")
         cmd.add_argument("--allow-excess-permissions", action="store_true",
                          help="start even if the Kubernetes credential holds forbidden permissions (logged loudly)")
+        if name == "dev":
+            cmd.add_argument("--with-keycloak", action="store_true",
+                             help="also start a local Keycloak with two organisations and sign in through it")
+    for name, help_text in (("login", "sign in from the command line (device sign-in)"),
+                            ("credential", "print a kubectl ExecCredential (kubectl's exec plugin)"),
+                            ("logout", "end the stored command-line session and forget it")):
+        # Listed for --help; proxy.command runs them before this module is imported.
+        sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser("check", help="check the gateway's own Kubernetes permissions")
     sub.add_parser("reconcile", help="bring existing workspaces' quota, LimitRange and NetworkPolicy to their tiers")

@@ -8,6 +8,7 @@ from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from proxy.auth.authenticating import Authenticator, Principal
+from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
 from proxy.metrics import Metrics
 from proxy.settings import Settings
@@ -18,6 +19,8 @@ DATABASE = web.AppKey("database", Database)
 KUBE = web.AppKey("kube", KubeClient)
 EVENTS = web.AppKey("events", EventListener)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+OIDC = web.AppKey("oidc", OIDCRegistry)
+"""The configured identity providers (discovery, keys, code exchange)."""
 DRAIN = web.AppKey("drain", Drain)
 """The graceful stop's state and deadline (proxy.draining)."""
 METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")

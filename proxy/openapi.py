@@ -34,7 +34,7 @@ def _op(summary: str, ok: int, *, body: str | None = None, auth: bool = True, er
         operation["security"] = _SESSION
         operation["responses"].setdefault("401", _ERROR)
     if body:
-        operation["requestBody"] = {"required": body != "InitRequest",
+        operation["requestBody"] = {"required": body not in ("InitRequest", "DeviceStart"),
                                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}}}
     if params:
         operation["parameters"] = params
@@ -53,6 +53,10 @@ def _path_id(name: str = "id") -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
 
 
+def _path_name() -> dict[str, Any]:
+    return {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
 def _query(name: str, schema_type: str = "string", *, fmt: str | None = None) -> dict[str, Any]:
     schema = {"type": schema_type} | ({"format": fmt} if fmt else {})
     return {"name": name, "in": "query", "required": False, "schema": schema}
@@ -67,6 +71,21 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/auth/login": {"post": _op("Log in: session token, cookies and CSRF token", 200, body="Credentials",
                                            auth=False, errors=(400, 401, 429, 503))},
         "/api/v1/auth/logout": {"post": _op("End the session everywhere", 204, errors=(403, 503))},
+        "/api/v1/auth/providers": {"get": _op("The identity providers one may sign in with", 200, auth=False)},
+        "/api/v1/auth/oidc/{name}/login": {"get": _op(
+            "Start signing in with a provider: 302 to it (authorization code, PKCE S256, state, nonce)", 302,
+            auth=False, ok_type="text/plain", errors=(404, 429, 503),
+            params=[_path_name(), _query("next")])},
+        "/api/v1/auth/oidc/{name}/callback": {"get": _op(
+            "The provider's answer: session cookies and 302 to next", 302, auth=False, ok_type="text/plain",
+            errors=(401, 404, 503), params=[_path_name(), _query("state"), _query("code")])},
+        "/api/v1/auth/device": {"post": _op("Start device sign-in (the command line)", 200, body="DeviceStart",
+                                            auth=False, errors=(400, 415, 429, 503))},
+        "/api/v1/auth/device/approve": {"post": _op("Approve a device's user code as the caller", 204,
+                                                    body="DeviceApproval", errors=(400, 403, 429, 503))},
+        "/api/v1/auth/device/token": {"post": _op(
+            "Poll: 400 authorization_pending until approved, then a session (once)", 200, body="DeviceToken",
+            auth=False, errors=(400, 415, 503))},
         "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(503,))},
         "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
                                                 errors=(400, 403, 429, 503),
@@ -75,6 +94,9 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(404,), params=[_path_id()])},
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
             "Issue a 2-hour kubeconfig", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
+            params=[_query("workspace_id"), _query("format")])},
+        "/api/v1/workspaces/credentials/token": {"get": _op(
+            "Issue the kubeconfig's 2-hour token as JSON (kubectl's exec plugin)", 200, errors=(403, 404, 409, 503),
             params=[_query("workspace_id")])},
         "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 409, 503),
                                                         params=[_path_id()])},
@@ -113,6 +135,11 @@ DOCUMENT: dict[str, Any] = {
                              "description": "register also refuses passwords that are easy to guess "
                                             "(fewer than 4 distinct characters, or containing the email's name)"}}},
             "InitRequest": {"type": "object", "properties": {"tier": {"type": "string", "default": "basic"}}},
+            "DeviceStart": {"type": "object", "properties": {"provider": {"type": "string"}}},
+            "DeviceApproval": {"type": "object", "required": ["user_code"],
+                               "properties": {"user_code": {"type": "string"}}},
+            "DeviceToken": {"type": "object", "required": ["device_code"],
+                            "properties": {"device_code": {"type": "string"}}},
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["code", "message"],
                 "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},

@@ -10,7 +10,7 @@ uses the same key names.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -20,6 +20,7 @@ import yaml
 from provisioning.secrets import Secret
 from provisioning.tiers import DEFAULT_TIERS, Tier, parse_tiers
 from proxy.addresses import canonical
+from proxy.auth.oidc_providers import OIDCProvider, ProviderConfigError, parse_providers
 
 MAX_TOKEN_TTL_SECONDS = 7200
 # The API server refuses TokenRequests shorter than this (422).
@@ -83,6 +84,15 @@ class Settings:
     session_ttl_seconds: int = 8 * 3600
     """A working day; logout and suspension end sessions sooner, server-side."""
     registration_enabled: bool = True
+    password_login: bool = True
+    """False: password register and login are off (SSO-only deployments);
+    `user create` still works, for a break-glass administrator."""
+    oidc_providers: tuple[OIDCProvider, ...] = ()
+    """Identity providers users may sign in with (GATEWAY_OIDC_PROVIDERS, or
+    `oidc_providers` in the GATEWAY_CONFIG file)."""
+    gateway_url: str | None = None
+    """The gateway's public URL (GATEWAY_PUBLIC_URL), written into `format=exec`
+    kubeconfigs and device sign-in links; unset: the origin the request came to."""
     rate_init: RateLimit = RateLimit(5, 3600)
     """Onboarding makes cluster objects: few per user per hour stops namespace exhaustion."""
     rate_login: RateLimit = RateLimit(10, 60)
@@ -125,15 +135,25 @@ _KEYS = (
     "GATEWAY_RATE_KUBECONFIG", "GATEWAY_MAX_STREAMS_PER_WORKSPACE",
     "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE",
     "GATEWAY_SHUTDOWN_DRAIN_SECONDS", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS",
+    "GATEWAY_PASSWORD_LOGIN", "GATEWAY_OIDC_PROVIDERS", "GATEWAY_PUBLIC_URL",
 )
+# Structured (a list), so not a GATEWAY_* string: only the GATEWAY_CONFIG file holds it.
+_PROVIDERS_KEY = "oidc_providers"
+
+
+def _config_mapping(config_text: str | None) -> dict[str, Any]:
+    if not config_text:
+        return {}
+    loaded: Any = yaml.safe_load(config_text) or {}
+    if not isinstance(loaded, dict):
+        raise SettingsError("GATEWAY_CONFIG must be a YAML mapping of GATEWAY_* keys")
+    return loaded
 
 
 def _merge(env: Mapping[str, str], config_text: str | None) -> dict[str, str]:
     merged: dict[str, str] = {}
-    if config_text:
-        loaded: Any = yaml.safe_load(config_text) or {}
-        if not isinstance(loaded, dict):
-            raise SettingsError("GATEWAY_CONFIG must be a YAML mapping of GATEWAY_* keys")
+    loaded = {k: v for k, v in _config_mapping(config_text).items() if k != _PROVIDERS_KEY}
+    if loaded:
         unknown = sorted(set(map(str, loaded)) - set(_KEYS))
         if unknown:
             raise SettingsError(f"unknown keys in GATEWAY_CONFIG: {', '.join(unknown)}")
@@ -179,11 +199,28 @@ def _bool(name: str, text: str) -> bool:
     raise SettingsError(f"{name} must be true or false")
 
 
+def _providers(config_text: str | None, providers_text: str | None) -> tuple[OIDCProvider, ...]:
+    """GATEWAY_OIDC_PROVIDERS's file wins over the GATEWAY_CONFIG file's list."""
+    try:
+        if providers_text is not None:
+            return parse_providers(yaml.safe_load(providers_text))
+        return parse_providers(_config_mapping(config_text).get(_PROVIDERS_KEY))
+    except (ProviderConfigError, yaml.YAMLError) as error:
+        raise SettingsError(f"GATEWAY_OIDC_PROVIDERS: {error}") from None
+
+
 def load_settings(env: Mapping[str, str], config_text: str | None = None,
-                  tiers_text: str | None = None) -> Settings:
-    """Build and validate Settings. `tiers_text` is the content of GATEWAY_TIERS_FILE."""
+                  tiers_text: str | None = None, providers_text: str | None = None) -> Settings:
+    """Build and validate Settings. `tiers_text` is the content of GATEWAY_TIERS_FILE,
+    `providers_text` that of GATEWAY_OIDC_PROVIDERS."""
     values = _merge(env, config_text)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"oidc_providers": _providers(config_text, providers_text)}
+    if "GATEWAY_PUBLIC_URL" in values:
+        url = values["GATEWAY_PUBLIC_URL"].rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise SettingsError("GATEWAY_PUBLIC_URL must be scheme://host[:port] with nothing after")
+        kwargs["gateway_url"] = url
     if "GATEWAY_LISTEN" in values:
         kwargs["listen_host"], kwargs["listen_port"] = _listen(values["GATEWAY_LISTEN"])
     if "GATEWAY_METRICS_LISTEN" in values:
@@ -242,6 +279,8 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
         raise SettingsError("GATEWAY_SESSION_TTL_SECONDS must be at least 60")
     if "GATEWAY_REGISTRATION" in values:
         kwargs["registration_enabled"] = _bool("GATEWAY_REGISTRATION", values["GATEWAY_REGISTRATION"])
+    if "GATEWAY_PASSWORD_LOGIN" in values:
+        kwargs["password_login"] = _bool("GATEWAY_PASSWORD_LOGIN", values["GATEWAY_PASSWORD_LOGIN"])
     for key, name in (("GATEWAY_RATE_INIT", "rate_init"), ("GATEWAY_RATE_LOGIN", "rate_login"),
                       ("GATEWAY_RATE_REGISTER", "rate_register"), ("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig")):
         if key in values:
@@ -289,5 +328,24 @@ def settings_from_environment(env: Mapping[str, str] | None = None) -> Settings:
             raise SettingsError(f"{key}: cannot read {path}: {error.strerror}") from None
 
     config_text = read("GATEWAY_CONFIG", env.get("GATEWAY_CONFIG"))
-    tiers_path = _merge(env, config_text).get("GATEWAY_TIERS_FILE")
-    return load_settings(env, config_text, read("GATEWAY_TIERS_FILE", tiers_path))
+    merged = _merge(env, config_text)
+    settings = load_settings(env, config_text, read("GATEWAY_TIERS_FILE", merged.get("GATEWAY_TIERS_FILE")),
+                             read("GATEWAY_OIDC_PROVIDERS", merged.get("GATEWAY_OIDC_PROVIDERS")))
+    return with_secret_files(settings)
+
+
+def with_secret_files(settings: Settings) -> Settings:
+    """Read each provider's `client_secret_file` (the I/O half of the providers' parsing)."""
+    providers = []
+    for provider in settings.oidc_providers:
+        if provider.client_secret is None and provider.client_secret_file is not None:
+            try:
+                text = provider.client_secret_file.read_text().strip()
+            except OSError as error:
+                raise SettingsError(f"OIDC provider {provider.name!r}: cannot read client_secret_file: "
+                                    f"{error.strerror}") from None
+            if not text:
+                raise SettingsError(f"OIDC provider {provider.name!r}: client_secret_file is empty")
+            provider = replace(provider, client_secret=Secret(text))
+        providers.append(provider)
+    return replace(settings, oidc_providers=tuple(providers))

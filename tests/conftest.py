@@ -148,7 +148,8 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
                  gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
-    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app."""
+    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app;
+    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -157,9 +158,11 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, **env: str) -> Any:
+    async def make(*, kube: Any = None, oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
+        import yaml
+
         merged = {**gateway_env, **env}
-        settings = load_settings(merged)
+        settings = load_settings(merged, providers_text=yaml.safe_dump(oidc_providers) if oidc_providers else None)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
         server = TestServer(app, scheme="https")
         await server.start_server(ssl=server_context)
@@ -196,4 +199,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/unit/" in str(item.fspath) and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(10))
+        # The first test to ask for Keycloak waits for its JVM to start (minutes on 2 shared cores).
+        if "keycloak" in getattr(item, "fixturenames", ()) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(600))
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(scope="session")
+def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Keycloak for the session, two organisations' realms imported
+    (devstack.keycloak). Never skipped: a failure to fetch or start it errors
+    every test that needs it with one line saying why."""
+    from devstack.keycloak import KeycloakStartError, start_keycloak
+
+    try:
+        local = start_keycloak(tmp_path_factory.mktemp("keycloak"))
+    except KeycloakStartError as error:
+        pytest.fail(str(error).splitlines()[0] if str(error) else "Keycloak did not start", pytrace=False)
+    try:
+        yield local
+    finally:
+        local.stop()

@@ -24,7 +24,8 @@ EVENTS_CHANNEL = "tenant_gateway_events"
 
 
 def _user(row: asyncpg.Record) -> User:
-    return User(id=row["id"], email=row["email"], is_admin=row["is_admin"], status=row["status"])
+    return User(id=row["id"], email=row["email"], is_admin=row["is_admin"], status=row["status"],
+                provider=row["oidc_provider"])
 
 
 def _workspace(row: asyncpg.Record) -> Workspace:
@@ -50,8 +51,30 @@ async def create_user(db: asyncpg.Connection | Database, email: str, password_ha
 
 
 async def user_with_hash_by_email(db: Database, email: str) -> tuple[User, str] | None:
-    row = await db.fetchrow("SELECT * FROM users WHERE lower(email) = lower($1)", email)
+    """A password account only: SSO users have no password and share emails freely."""
+    row = await db.fetchrow("SELECT * FROM users WHERE lower(email) = lower($1) AND oidc_issuer IS NULL", email)
     return (_user(row), row["password_hash"]) if row else None
+
+
+async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, email: str, is_admin: bool) -> User:
+    """The user (issuer, subject) names, made at first sign-in; email and admin
+    rights follow the provider at every sign-in. Never matches a password
+    account, whatever the email."""
+    row = await db.fetchrow(
+        """INSERT INTO users (id, email, password_hash, is_admin, oidc_issuer, oidc_subject, oidc_provider)
+           VALUES ($1, $2, NULL, $3, $4, $5, $6)
+           ON CONFLICT (oidc_issuer, oidc_subject) DO UPDATE
+             SET email = EXCLUDED.email, is_admin = EXCLUDED.is_admin, oidc_provider = EXCLUDED.oidc_provider
+           RETURNING *""",
+        uuid.uuid4(), email, is_admin, issuer, subject, provider,
+    )
+    assert row is not None
+    return _user(row)
+
+
+async def sso_user_by_subject(db: Database, issuer: str, subject: str) -> User | None:
+    row = await db.fetchrow("SELECT * FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2", issuer, subject)
+    return _user(row) if row else None
 
 
 async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
@@ -96,6 +119,69 @@ async def active_session_user(db: Database, session_id: uuid.UUID) -> User | Non
 async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
     """The table's trigger (migration 0004) tells every replica."""
     await db.fetchrow("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
+
+
+# -- sign-in in progress (browser and device) ----------------------------------
+
+async def start_oidc_login(db: Database, *, state_hash: bytes, provider: str, nonce: str, code_verifier: str,
+                           redirect_uri: str, next_path: str, browser_hash: bytes, ttl_seconds: int) -> None:
+    """Record a browser sign-in; sweeps expired ones in the same statement."""
+    await db.fetchrow(
+        """WITH swept AS (DELETE FROM oidc_logins WHERE expires_at < now())
+           INSERT INTO oidc_logins (state_hash, provider, nonce, code_verifier, redirect_uri, next_path,
+                                    browser_hash, expires_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))""",
+        state_hash, provider, nonce, code_verifier, redirect_uri, next_path, browser_hash, ttl_seconds,
+    )
+
+
+async def consume_oidc_login(db: Database, state_hash: bytes, provider: str) -> dict[str, Any] | None:
+    """The sign-in `state` names, removed as it is read: a state works once.
+    None when unknown, used, expired or another provider's."""
+    row = await db.fetchrow(
+        "DELETE FROM oidc_logins WHERE state_hash = $1 RETURNING *, expires_at > now() AS live", state_hash)
+    if row is None or not row["live"] or row["provider"] != provider:
+        return None
+    return dict(row)
+
+
+async def create_device_code(db: Database, device_hash: bytes, user_code: str, ttl_seconds: int) -> bool:
+    """False when the user code collides with a live one (the caller draws again)."""
+    row = await db.fetchrow(
+        """WITH swept AS (DELETE FROM device_codes WHERE expires_at < now() - interval '1 hour')
+           INSERT INTO device_codes (device_hash, user_code, expires_at)
+           VALUES ($1, $2, now() + make_interval(secs => $3)) ON CONFLICT DO NOTHING RETURNING 1""",
+        device_hash, user_code, ttl_seconds,
+    )
+    return row is not None
+
+
+async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID) -> bool:
+    """Approve a live, not yet approved code; False otherwise (unknown, expired, used)."""
+    row = await db.fetchrow(
+        """UPDATE device_codes SET approved_by = $2
+           WHERE user_code = $1 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
+           RETURNING 1""", user_code, user_id)
+    return row is not None
+
+
+async def consume_device_code(db: Database, device_hash: bytes) -> tuple[str, uuid.UUID | None]:
+    """("unknown"|"expired"|"pending"|"approved", user id). Approved codes are
+    consumed in the same statement: exactly one poller gets the session."""
+    row = await db.fetchrow(
+        """WITH taken AS (
+               UPDATE device_codes SET consumed_at = now()
+               WHERE device_hash = $1 AND approved_by IS NOT NULL AND consumed_at IS NULL AND expires_at > now()
+               RETURNING approved_by)
+           SELECT d.expires_at > now() AS live, d.consumed_at IS NOT NULL AS used, t.approved_by AS taken_by
+           FROM device_codes d LEFT JOIN taken t ON true WHERE d.device_hash = $1""", device_hash)
+    if row is None or row["used"]:
+        return "unknown", None
+    if row["taken_by"] is not None:
+        return "approved", row["taken_by"]
+    if not row["live"]:
+        return "expired", None
+    return "pending", None
 
 
 # -- workspaces ---------------------------------------------------------------

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
 import re
-import uuid
 
 from aiohttp import web
 
@@ -12,7 +10,7 @@ from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
-from proxy.auth import passwords, sessions
+from proxy.auth import passwords, sessions, signin
 from proxy.addresses import rate_subject
 from proxy.routes.common import ID_SEGMENT, admin, bounded_string, client_ip, principal, read_json, uuid_from
 
@@ -35,6 +33,7 @@ def valid_email(value: object) -> str:
 async def register(request: web.Request) -> web.Response:
     app, ip = request.app, client_ip(request)
     settings = app[keys.SETTINGS]
+    _password_login_on(request)
     if not settings.registration_enabled:
         raise Forbidden("self-registration is turned off; ask an administrator", code="registration_disabled")
     body = await read_json(request)
@@ -51,18 +50,17 @@ async def register(request: web.Request) -> web.Response:
     return web.json_response({"id": str(user.id), "email": user.email}, status=201)
 
 
-def _set_session_cookies(response: web.StreamResponse, token: str, csrf: str, max_age: int) -> None:
-    response.set_cookie(sessions.SESSION_COOKIE, token, max_age=max_age, path="/", secure=True,
-                        httponly=True, samesite="Strict")
-    # Readable by the page's script, which echoes it in X-CSRF-Token.
-    response.set_cookie(sessions.CSRF_COOKIE, csrf, max_age=max_age, path="/", secure=True,
-                        httponly=False, samesite="Strict")
+def _password_login_on(request: web.Request) -> None:
+    if not request.app[keys.SETTINGS].password_login:
+        raise Forbidden("password sign-in is turned off; sign in with your organisation's identity provider",
+                        code="password_login_disabled")
 
 
 @routes.post("/api/v1/auth/login")
 async def login(request: web.Request) -> web.Response:
     app, ip = request.app, client_ip(request)
     settings, db = app[keys.SETTINGS], app[keys.DATABASE]
+    _password_login_on(request)
     body = await read_json(request)
     # Bounded before anything is keyed on them: an overlong email would
     # otherwise reach the rate-limit table's index and fail there (a 500).
@@ -78,17 +76,13 @@ async def login(request: web.Request) -> web.Response:
                                                {"result": "failure"}))
         raise Unauthenticated(_INVALID_LOGIN, code="invalid_credentials")
     user = found[0]
-    session_id = uuid.uuid4()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    token, expires_at = sessions.mint(settings.session_secret_value, user.id, session_id, now,
-                                      settings.session_ttl_seconds)
-    await repo.create_session(db, session_id, user.id, expires_at)
+    opened = await signin.open_session(db, settings, user)
     await repo.record_audit(db, AuditEvent("Login", user.id, None, ip, {"result": "success"}))
-    csrf = sessions.csrf_token(settings.session_secret_value, session_id)
     response = web.json_response({
-        "token": token, "expires_at": expires_at.isoformat(), "csrf_token": csrf, "user": user.public(),
+        "token": opened.token, "expires_at": opened.expires_at.isoformat(), "csrf_token": opened.csrf,
+        "user": user.public(),
     }, headers={"Cache-Control": "no-store"})
-    _set_session_cookies(response, token, csrf, settings.session_ttl_seconds)
+    signin.set_session_cookies(response, opened)
     return response
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
+
 from aiohttp import web
 
 from provisioning import credentials, onboarding, suspension
 from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden, NotFound
+from provisioning.kubeconfig import render_exec_kubeconfig
 from provisioning.models import Workspace
 from proxy import keys, ratelimit
 from proxy.addresses import rate_subject
-from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, query_flag, query_uuid,
+from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, public_origin, query_flag,
+                                 query_uuid,
                                  read_json, uuid_from)
 
 routes = web.RouteTableDef()
@@ -53,26 +57,65 @@ async def list_workspaces(request: web.Request) -> web.Response:
     return web.json_response([_with_quota(request, w) for w in found])
 
 
+def _workspace_query(request: web.Request) -> uuid.UUID | None:
+    raw_id = request.query.get("workspace_id")
+    return uuid_from(raw_id, "workspace") if raw_id else None
+
+
+async def issuance_allowed(request: web.Request, user_id: uuid.UUID) -> None:
+    """Each issuance is a TokenRequest and a durable audit row: bounded per
+    user (GATEWAY_RATE_KUBECONFIG), whichever route mints it."""
+    app = request.app
+    await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], app[keys.SETTINGS].rate_kubeconfig,
+                            {"kubeconfig": str(user_id)})
+
+
 @routes.get("/api/v1/workspaces/credentials/kubeconfig")
 async def kubeconfig(request: web.Request) -> web.Response:
     who = await principal(request)
     app = request.app
-    settings, kube = app[keys.SETTINGS], app[keys.KUBE]
-    # Each issuance is a TokenRequest and a durable audit row.
-    await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], settings.rate_kubeconfig,
-                            {"kubeconfig": str(who.user.id)})
-    raw_id = request.query.get("workspace_id")
-    workspace_id = uuid_from(raw_id, "workspace") if raw_id else None
-    text = await credentials.issue_kubeconfig(
-        app[keys.DATABASE], kube, who.user, workspace_id, ip_address=client_ip(request),
-        ttl_seconds=settings.token_ttl_seconds,
-        public_server=settings.public_server or kube.endpoint.server,
-        public_ca_base64=app[keys.PUBLIC_CA_BASE64],
-    )
+    settings, kube, db = app[keys.SETTINGS], app[keys.KUBE], app[keys.DATABASE]
+    form = request.query.get("format", "token")
+    if form not in ("token", "exec"):
+        raise BadRequest("format must be token or exec", code="invalid_query")
+    public_server = settings.public_server or kube.endpoint.server
+    if form == "exec":
+        # No token in it, so nothing to mint or audit: each token the plugin
+        # fetches later is issued (and audited) by the token route.
+        workspace = await credentials.workspace_for(db, who.user, _workspace_query(request))
+        credentials.require_usable(workspace)
+        text = render_exec_kubeconfig(server=public_server, ca_base64=app[keys.PUBLIC_CA_BASE64],
+                                      namespace=workspace.namespace,
+                                      gateway=settings.gateway_url or public_origin(request),
+                                      workspace_id=str(workspace.id))
+    else:
+        await issuance_allowed(request, who.user.id)
+        text = await credentials.issue_kubeconfig(
+            db, kube, who.user, _workspace_query(request), ip_address=client_ip(request),
+            ttl_seconds=settings.token_ttl_seconds, public_server=public_server,
+            public_ca_base64=app[keys.PUBLIC_CA_BASE64],
+        )
     return web.Response(text=text, content_type="application/x-yaml", headers={
         "Cache-Control": "no-store",
         "Content-Disposition": 'attachment; filename="kubeconfig.yaml"',
     })
+
+
+@routes.get("/api/v1/workspaces/credentials/token")
+async def token(request: web.Request) -> web.Response:
+    """What `tenant-gateway credential` fetches: the kubeconfig's token, audited the same way."""
+    who = await principal(request)
+    app = request.app
+    settings, kube = app[keys.SETTINGS], app[keys.KUBE]
+    await issuance_allowed(request, who.user.id)
+    workspace, issued = await credentials.issue_token(
+        app[keys.DATABASE], kube, who.user, _workspace_query(request), ip_address=client_ip(request),
+        ttl_seconds=settings.token_ttl_seconds, via="credential")
+    return web.json_response({
+        "token": issued.token, "expires_at": issued.expires_at.isoformat(), "namespace": workspace.namespace,
+        "server": settings.public_server or kube.endpoint.server,
+        "certificate_authority_data": app[keys.PUBLIC_CA_BASE64],
+    }, headers={"Cache-Control": "no-store"})
 
 
 @routes.get(f"/api/v1/workspaces/{ID_SEGMENT}")

@@ -1,0 +1,77 @@
+"""The configured identity providers at run time, and who they let in.
+
+`admit` is the one place that turns a verified identity into a gateway user,
+for the browser callback and for bearer ID tokens alike: `allowed_groups`
+first, then the user (issuer, subject) names, created or updated with the
+email and admin rights the provider states today. `bearer_identity` picks
+the provider by the token's (unverified) issuer, then verifies with that
+provider's keys and accepted audiences: a token of one organisation's realm
+is checked against that realm only, and a token minted for another client
+fails its audience check.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.errors import NotFound
+from provisioning.models import User
+from proxy.auth import oidc_tokens
+from proxy.auth.oidc_client import ProviderClient
+from proxy.auth.oidc_providers import OIDCProvider
+from proxy.auth.oidc_tokens import Identity, InvalidIdToken
+
+# Identity providers answer in well under a second; a hung one must not hold a sign-in.
+_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
+
+
+class OIDCRegistry:
+    def __init__(self, providers: tuple[OIDCProvider, ...], *, refetch_interval: float = 30.0) -> None:
+        self._session = aiohttp.ClientSession(timeout=_TIMEOUT, connector=aiohttp.TCPConnector(limit=32))
+        self.clients = {p.name: ProviderClient(p, self._session, refetch_interval=refetch_interval)
+                        for p in providers}
+        self._by_issuer: dict[str, list[ProviderClient]] = {}
+        for client in self.clients.values():
+            self._by_issuer.setdefault(client.provider.issuer, []).append(client)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def client(self, name: str) -> ProviderClient:
+        found = self.clients.get(name)
+        if found is None:
+            raise NotFound("no such identity provider", code="unknown_provider")
+        return found
+
+    def issues(self, token: str) -> bool:
+        """Whether the token claims to come from a configured provider (unverified: routing only)."""
+        if len(token) > oidc_tokens.MAX_TOKEN_BYTES:
+            return False
+        issuer = oidc_tokens.unverified_issuer(token)
+        return issuer is not None and issuer in self._by_issuer
+
+    async def bearer_identity(self, token: str) -> tuple[OIDCProvider, Identity]:
+        issuer = oidc_tokens.unverified_issuer(token)
+        candidates = self._by_issuer.get(issuer or "", [])
+        if not candidates:
+            raise InvalidIdToken("the token was issued by no configured provider", code="id_token_issuer")
+        first_error: InvalidIdToken | None = None
+        for client in candidates:
+            try:
+                return client.provider, await client.verify(token, audiences=client.provider.accepted_audiences)
+            except InvalidIdToken as error:
+                first_error = first_error or error
+        assert first_error is not None
+        raise first_error
+
+
+async def admit(db: Database, provider: OIDCProvider, identity: Identity) -> User:
+    """The gateway user for a verified identity, or 401 if the provider's policy keeps them out."""
+    oidc_tokens.check_allowed(provider, identity)
+    user = await repo.sso_user(db, provider=provider.name, issuer=identity.issuer, subject=identity.subject,
+                               email=identity.email, is_admin=oidc_tokens.is_admin(provider, identity))
+    if user.status != "active":
+        raise InvalidIdToken("this account is suspended", code="user_suspended")
+    return user

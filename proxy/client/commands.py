@@ -1,0 +1,235 @@
+"""`tenant-gateway login | credential | logout` (standard library only; see the package docstring).
+
+ssl, urllib.request and webbrowser are imported where they are used: a
+cached token is answered without them (they are two thirds of the start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    import ssl
+
+from proxy.client import store
+
+REFRESH_MARGIN = datetime.timedelta(minutes=10)
+"""A cached token is used until this long before it expires (kubectl may run a long command with it)."""
+_TIMEOUT = 30
+
+
+class CommandError(Exception):
+    """Ends the command with one clear line and exit status 1."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _parse_time(text: Any) -> datetime.datetime | None:
+    try:
+        parsed = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+
+
+def _gateway(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise CommandError(f"--gateway must be the gateway's URL, e.g. https://gateway.example (got {url!r})")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _context(ca_file: str | None) -> "ssl.SSLContext":
+    import ssl
+
+    return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+
+
+def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
+          token: str | None = None) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Accept": "application/json"}
+    data = None
+    if body is not None:
+        data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(gateway + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=_TIMEOUT, context=_context(ca_file)) as answer:
+            status, raw = answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise CommandError(f"cannot reach the gateway at {gateway}: {reason}") from None
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, None
+
+
+def _error_code(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("code", "")) if isinstance(error, dict) else ""
+
+
+def _error_text(status: int, body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return f"{message} ({status})" if message else f"the gateway answered {status}"
+
+
+def cmd_login(args: argparse.Namespace) -> int:
+    gateway = _gateway(args.gateway)
+    ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
+    status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file,
+                            body={"provider": args.provider} if args.provider else {})
+    if status != 200 or not isinstance(started, dict):
+        raise CommandError(f"device sign-in could not start: {_error_text(status, started)}")
+    link = str(started.get("verification_uri_complete") or started.get("verification_uri"))
+    print(f"To sign in, open {link}\nand approve the code {started.get('user_code')}", file=sys.stderr, flush=True)
+    if not args.no_browser:
+        import webbrowser
+
+        try:
+            webbrowser.open(link)
+        except webbrowser.Error:
+            pass
+    interval = max(1, int(started.get("interval", 5)))
+    deadline = time.monotonic() + int(started.get("expires_in", 600))
+    while time.monotonic() < deadline:
+        time.sleep(interval if not args.poll_interval else args.poll_interval)
+        status, answer = _call(gateway, "POST", "/api/v1/auth/device/token", ca_file=ca_file,
+                               body={"device_code": started.get("device_code")})
+        if status == 200 and isinstance(answer, dict) and isinstance(answer.get("token"), str):
+            path = store.credentials_path()
+            with store.locked(path):
+                document = store.read(path)
+                document.setdefault("gateways", {})[gateway] = {
+                    "session": answer["token"], "expires_at": answer.get("expires_at"), "ca_file": ca_file,
+                    "tokens": {}}
+                store.write(path, document)
+            print(f"Signed in to {gateway}.", file=sys.stderr)
+            return 0
+        code = _error_code(answer)
+        if code == "slow_down":
+            interval += 5
+        elif code != "authorization_pending":
+            raise CommandError(f"sign-in failed: {_error_text(status, answer)}")
+    raise CommandError("sign-in was not approved in time; run `tenant-gateway login` again")
+
+
+def _exec_credential(token: str, expires_at: datetime.datetime) -> str:
+    return json.dumps({
+        "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+        "status": {"token": token, "expirationTimestamp": expires_at.astimezone(datetime.timezone.utc)
+                   .strftime("%Y-%m-%dT%H:%M:%SZ")},
+    })
+
+
+def _cached(entry: dict[str, Any], workspace: str) -> tuple[str, datetime.datetime] | None:
+    cached = entry.get("tokens", {}).get(workspace)
+    if not isinstance(cached, dict) or not isinstance(cached.get("token"), str):
+        return None
+    expires_at = _parse_time(cached.get("expires_at"))
+    if expires_at is None or expires_at - _now() <= REFRESH_MARGIN:
+        return None
+    return cached["token"], expires_at
+
+
+def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:
+    entry = document.get("gateways", {}).get(gateway)
+    if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
+        raise CommandError(f"not signed in to {gateway}; run `tenant-gateway login --gateway {gateway}`")
+    return entry
+
+
+def cmd_credential(args: argparse.Namespace) -> int:
+    gateway, workspace = _gateway(args.gateway), str(args.workspace)
+    path = store.credentials_path()
+    found = _cached(_entry(store.read(path), gateway), workspace)  # the fast path: no lock, no network
+    if found is None:
+        with store.locked(path):
+            document = store.read(path)
+            entry = _entry(document, gateway)
+            found = _cached(entry, workspace)  # another kubectl may have minted while we waited
+            if found is None:
+                found = _mint(gateway, workspace, entry)
+                entry.setdefault("tokens", {})[workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
+                store.write(path, document)
+    print(_exec_credential(*found))
+    return 0
+
+
+def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, datetime.datetime]:
+    query = urllib.parse.urlencode({"workspace_id": workspace})
+    status, body = _call(gateway, "GET", f"/api/v1/workspaces/credentials/token?{query}",
+                         ca_file=entry.get("ca_file"), token=entry["session"])
+    if status == 401:
+        raise CommandError(f"the session at {gateway} has ended; run `tenant-gateway login --gateway {gateway}`")
+    if status != 200 or not isinstance(body, dict) or not isinstance(body.get("token"), str):
+        raise CommandError(f"no token for workspace {workspace}: {_error_text(status, body)}")
+    expires_at = _parse_time(body.get("expires_at"))
+    if expires_at is None:
+        raise CommandError("the gateway's answer had no valid expiry")
+    return body["token"], expires_at
+
+
+def cmd_logout(args: argparse.Namespace) -> int:
+    gateway = _gateway(args.gateway)
+    path = store.credentials_path()
+    with store.locked(path):
+        document = store.read(path)
+        entry = document.get("gateways", {}).pop(gateway, None)
+        store.write(path, document)  # forgotten here whatever the gateway says
+    if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
+        print(f"not signed in to {gateway}", file=sys.stderr)
+        return 0
+    status, body = _call(gateway, "POST", "/api/v1/auth/logout", ca_file=entry.get("ca_file"), token=entry["session"])
+    if status not in (204, 401):
+        raise CommandError(f"forgot the session here, but the gateway did not end it: {_error_text(status, body)}")
+    print(f"Signed out of {gateway}.", file=sys.stderr)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="tenant-gateway")
+    sub = root.add_subparsers(dest="command", required=True)
+    login = sub.add_parser("login", help="sign in from the command line (device sign-in)")
+    login.add_argument("--gateway", required=True)
+    login.add_argument("--provider", help="sign in through this identity provider")
+    login.add_argument("--no-browser", action="store_true", help="never try to open a browser")
+    login.add_argument("--ca-file", help="CA bundle that signed the gateway's certificate")
+    login.add_argument("--poll-interval", type=float, default=0, help=argparse.SUPPRESS)
+    credential = sub.add_parser("credential", help="print a kubectl ExecCredential (kubectl's exec plugin)")
+    credential.add_argument("--gateway", required=True)
+    credential.add_argument("--workspace", required=True)
+    logout = sub.add_parser("logout", help="end the stored session and forget it")
+    logout.add_argument("--gateway", required=True)
+    return root
+
+
+COMMANDS = {"login": cmd_login, "credential": cmd_credential, "logout": cmd_logout}
+
+
+def main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(list(argv))
+    try:
+        return COMMANDS[args.command](args)
+    except CommandError as error:
+        print(f"tenant-gateway: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,28 @@
+"""The `tenant-gateway` console script: the client commands start without the server's imports.
+
+kubectl runs `tenant-gateway credential` before every command; importing the
+server (aiohttp, asyncpg, the Kubernetes client) would cost it most of a
+second, so the client commands are dispatched before any of that loads.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+CLIENT_COMMANDS = frozenset({"login", "credential", "logout"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in CLIENT_COMMANDS:
+        from proxy.client.commands import main as client_main
+
+        return client_main(args)
+    from proxy.cli import main as server_main
+
+    return server_main(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""Single sign-on against a real Keycloak with two organisations (seed 004).
+
+Given the gateway configured with one provider per organisation's realm,
+when a user signs in through Keycloak's own login form (plain HTTP: follow
+the redirect, post the form, follow back), then the gateway opens the same
+session a password login does, keyed by (issuer, subject), with admin rights
+from the provider's groups at this sign-in.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Callable
+
+import pytest
+
+from devstack.keycloak import ADMIN_GROUP, OTHER_CLIENT_ID
+from proxy import keys
+from tests.browser import new_browser
+from tests.gatewayclient import PASSWORD, admin_session, register_and_login
+
+pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
+
+
+def both(keycloak: Any, **extra: Any) -> list[dict[str, Any]]:
+    return [keycloak.provider_config("org-a", **extra), keycloak.provider_config("org-b", **extra)]
+
+
+async def me(client: Any, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    answer = await client.get("/api/v1/me", headers=headers)
+    return answer.status, await answer.json()
+
+
+async def test_providers_are_listed_with_their_login_links(make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    gateway = await make_gateway(oidc_providers=both(keycloak))
+    answer = await gateway.get("/api/v1/auth/providers")
+    assert answer.status == 200
+    assert await answer.json() == [
+        {"name": "org-a", "display_name": "Organisation A", "login_url": "/api/v1/auth/oidc/org-a/login"},
+        {"name": "org-b", "display_name": "Organisation B", "login_url": "/api/v1/auth/oidc/org-b/login"},
+    ]
+
+
+async def test_browser_sign_in_through_keycloaks_login_form_opens_a_session(
+        make_gateway: Callable[..., Any], keycloak: Any, database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    gateway = await make_gateway(oidc_providers=both(keycloak))
+    browser = new_browser(gateway, keycloak)
+    try:
+        authorization = await browser.start("org-a", "/workspaces?tab=mine")
+        assert authorization.startswith(keycloak.issuer("org-a") + "/protocol/openid-connect/auth?")
+        assert "code_challenge_method=S256" in authorization and "nonce=" in authorization
+        landed = await browser.callback(await browser.sign_in_at_provider(authorization, "alice"))
+        assert landed.status == 302 and landed.headers["Location"] == "/workspaces?tab=mine"
+        session, csrf = browser.cookie("gw_session"), browser.cookie("gw_csrf")
+        assert session and csrf
+        set_cookies = landed.headers.getall("Set-Cookie")
+        assert any(c.startswith("gw_session=") and "HttpOnly" in c and "SameSite=Strict" in c and "Secure" in c
+                   for c in set_cookies)
+        status, body = await me(gateway, {"Cookie": f"gw_session={session}"})
+        assert status == 200
+        assert body["email"] == "alice@shared.example" and body["is_admin"] is True and body["provider"] == "org-a"
+        # The same CSRF discipline as password login.
+        refused = await gateway.post("/api/v1/workspaces/init", json={}, headers={"Cookie": f"gw_session={session}"})
+        assert refused.status == 403
+    finally:
+        await browser.close()
+    root = await admin_session(gateway, database_url)
+    rows = await (await root.call("GET", f"/api/v1/audit?user_id={body['id']}&action=Login")).json()
+    assert rows[0]["details"]["provider"] == "org-a" and rows[0]["details"]["result"] == "success"
+    logged = "\n".join(record.getMessage() + str(record.__dict__) for record in caplog.records)
+    assert session not in logged and keycloak.secret("org-a") not in logged
+
+
+async def test_the_same_email_at_two_organisations_is_two_users_and_never_takes_over_a_password_account(
+        make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    gateway = await make_gateway(oidc_providers=both(keycloak))
+    local = await register_and_login(gateway, "alice@shared.example")
+    ids = {local.user_id}
+    for realm in ("org-a", "org-b"):
+        browser = new_browser(gateway, keycloak)
+        try:
+            assert (await browser.sign_in(realm, "alice")).status == 302
+            # As a bearer: the test client's own jar holds the password account's cookie.
+            status, body = await me(gateway, {"Authorization": f"Bearer {browser.cookie('gw_session')}"})
+            assert status == 200 and body["provider"] == realm
+            ids.add(body["id"])
+        finally:
+            await browser.close()
+    assert len(ids) == 3
+    # The password account still signs in with its password, and only it does.
+    answer = await gateway.post("/api/v1/auth/login", json={"email": "alice@shared.example", "password": PASSWORD})
+    assert answer.status == 200 and (await answer.json())["user"]["id"] == local.user_id
+
+
+async def test_admin_rights_are_read_from_the_groups_at_every_sign_in(
+        make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    first = await make_gateway(oidc_providers=[keycloak.provider_config("org-a")])
+    later = await make_gateway(oidc_providers=[keycloak.provider_config("org-a", admin_groups=["nobody"])])
+    seen = []
+    for gateway in (first, later):
+        browser = new_browser(gateway, keycloak)
+        try:
+            await browser.sign_in("org-a", "alice")
+            seen.append((await me(gateway, {"Cookie": f"gw_session={browser.cookie('gw_session')}"}))[1])
+        finally:
+            await browser.close()
+    assert seen[0]["id"] == seen[1]["id"]
+    assert [body["is_admin"] for body in seen] == [True, False]
+
+
+@pytest.mark.parametrize("username, code, extra", [
+    ("carol", "email_not_verified", {}),
+    ("dave", "group_not_allowed", {"allowed_groups": ["developers"]}),
+])
+async def test_an_unverified_email_or_a_user_outside_allowed_groups_gets_no_session(
+        make_gateway: Callable[..., Any], keycloak: Any, username: str, code: str, extra: dict[str, Any]) -> None:
+    gateway = await make_gateway(oidc_providers=[keycloak.provider_config("org-a", **extra)])
+    browser = new_browser(gateway, keycloak)
+    try:
+        landed = await browser.sign_in("org-a", username)
+        assert landed.status == 401
+        assert (await landed.json())["error"]["code"] == code
+        assert browser.cookie("gw_session") is None
+    finally:
+        await browser.close()
+
+
+async def test_password_login_can_be_turned_off_while_sso_works(make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    gateway = await make_gateway(oidc_providers=[keycloak.provider_config("org-a")], GATEWAY_PASSWORD_LOGIN="false")
+    for path in ("/api/v1/auth/register", "/api/v1/auth/login"):
+        answer = await gateway.post(path, json={"email": "x@example.test", "password": PASSWORD})
+        assert answer.status == 403 and (await answer.json())["error"]["code"] == "password_login_disabled"
+    browser = new_browser(gateway, keycloak)
+    try:
+        assert (await browser.sign_in("org-a", "bob")).status == 302
+    finally:
+        await browser.close()
+
+
+async def test_a_bearer_id_token_works_on_the_api_and_the_proxy_and_is_audited_with_its_provider(
+        make_gateway: Callable[..., Any], keycloak: Any, database_url: str) -> None:
+    gateway = await make_gateway(oidc_providers=both(keycloak))
+    bearer = {"Authorization": "Bearer " + keycloak.password_grant("org-b", "erin")["id_token"]}
+    status, body = await me(gateway, bearer)
+    assert status == 200 and body["provider"] == "org-b" and body["is_admin"] is True
+    created = await gateway.post("/api/v1/workspaces/init", json={}, headers=bearer)
+    assert created.status == 201, await created.text()
+    workspace = await created.json()
+    listed = await gateway.get(f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps",
+                               headers=bearer)
+    assert listed.status == 200
+    # Warm: verified once, the provider is not asked again.
+    fetches = gateway.server.app[keys.OIDC].clients["org-b"].jwks_fetches
+    for _ in range(5):
+        assert (await me(gateway, bearer))[0] == 200
+    assert gateway.server.app[keys.OIDC].clients["org-b"].jwks_fetches == fetches
+    root = await admin_session(gateway, database_url)
+    rows = await (await root.call("GET", f"/api/v1/audit?user_id={body['id']}")).json()
+    assert {row["action"] for row in rows} >= {"InitWorkspace"}
+    assert all(row["details"].get("provider") == "org-b" for row in rows)
+
+
+async def test_cross_realm_replay_is_refused(make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    """Given org-a's ID token, when it is presented where only org-b is trusted,
+    or with the audience of another client of org-a, then 401 and no user."""
+    only_b = await make_gateway(oidc_providers=[keycloak.provider_config("org-b")])
+    token_a = keycloak.password_grant("org-a", "alice")["id_token"]
+    status, body = await me(only_b, {"Authorization": f"Bearer {token_a}"})
+    assert status == 401 and set(body) == {"error"}
+    trusting_both = await make_gateway(oidc_providers=both(keycloak))
+    other_audience = keycloak.password_grant("org-a", "bob", OTHER_CLIENT_ID)["id_token"]
+    status, body = await me(trusting_both, {"Authorization": f"Bearer {other_audience}"})
+    assert status == 401 and body["error"]["code"] == "id_token_audience"
+    # A code from org-a's sign-in brought to org-b's callback: org-b's state
+    # does not know it, and org-b's token endpoint would not either.
+    browser = new_browser(trusting_both, keycloak)
+    try:
+        callback_a = await browser.sign_in_at_provider(await browser.start("org-a"), "alice")
+        landed = await browser.callback(callback_a.replace("/oidc/org-a/", "/oidc/org-b/"))
+        assert landed.status == 401 and browser.cookie("gw_session") is None
+    finally:
+        await browser.close()
+
+
+async def test_an_admin_group_name_is_only_as_good_as_its_issuer(make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    """org-b's admins are not admins of a gateway that trusts org-a's admin group only."""
+    gateway = await make_gateway(oidc_providers=[keycloak.provider_config("org-a"),
+                                                 keycloak.provider_config("org-b", admin_groups=[])])
+    status, body = await me(gateway, {"Authorization": "Bearer " + keycloak.password_grant("org-b", "erin")["id_token"]})
+    assert status == 200 and body["is_admin"] is False
+    assert ADMIN_GROUP in keycloak.provider_config("org-a")["admin_groups"]
+    assert uuid.UUID(body["id"])
