@@ -89,13 +89,8 @@ class StreamRegistry:
     def track(self, owner: Owner) -> Iterator[Stream]:
         task = asyncio.current_task()
         assert task is not None
+        self.require_room(owner.workspace_id)
         streams = self._open.setdefault(owner.workspace_id, {})
-        if len(streams) >= self._max:
-            if not streams:
-                self._open.pop(owner.workspace_id, None)
-            self._metrics.rate_limited.labels(limit="streams").inc()
-            raise RateLimited(_RETRY_AFTER_SECONDS, f"this workspace already has {self._max} open streams "
-                                                    "(watch, logs, exec, attach, port-forward); close one first")
         stream = streams[task] = Stream(task, owner)
         left = (owner.session_expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
         expiry = asyncio.get_running_loop().call_later(max(left, 0.0), stream.cut, "session expired")
@@ -110,6 +105,13 @@ class StreamRegistry:
             streams.pop(task, None)
             if not streams:
                 self._open.pop(owner.workspace_id, None)
+
+    def require_room(self, workspace_id: uuid.UUID) -> None:
+        """429 if the workspace holds its maximum of open streams already."""
+        if self.count(workspace_id) >= self._max:
+            self._metrics.rate_limited.labels(limit="streams").inc()
+            raise RateLimited(_RETRY_AFTER_SECONDS, f"this workspace already has {self._max} open streams "
+                                                    "(watch, logs, exec, attach, port-forward); close one first")
 
     def cut(self, workspace_id: uuid.UUID) -> int:
         return self._cut_where(lambda owner: owner.workspace_id == workspace_id, "workspace changed")

@@ -82,6 +82,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path,
                     lambda: client_ip(request))
     if is_spdy_upgrade(request.headers):
+        # kubectl falls back to SPDY when its WebSocket is refused, and prints
+        # only the fallback's answer: a full workspace must say so here too.
+        passthrough.streams.require_room(workspace.id)
         raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
     if decision.action == "own_namespace_list":  # answered here, never an upgrade
         return await relay_namespace_list(request, ticket)

@@ -174,7 +174,9 @@ async def test_spdy_exec_and_port_forward_say_which_setting_switches_to_websocke
 
 
 async def test_a_rate_limit(cluster: LocalCluster, make_gateway: Any, tmp_path: Path) -> None:
-    """The per-workspace cap on open streams, held by one open watch."""
+    """The per-workspace cap on open streams, held by one open watch. kubectl
+    falls back to SPDY when its WebSocket is refused and prints only that
+    answer, so the SPDY attempt must carry the cap's message too."""
     gateway = await make_gateway(GATEWAY_MAX_STREAMS_PER_WORKSPACE="1")
     user, workspace = await tenant_with_pod(gateway)
     server, ns = server_of(gateway, workspace), workspace["namespace"]
