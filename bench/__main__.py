@@ -165,7 +165,11 @@ async def watches(stack: Stack, targets: Targets) -> dict[str, Any]:
             for step in steps:
                 while len(open_streams) < step:
                     batch = [session.get(base + path, headers=headers) for _ in range(min(100, step - len(open_streams)))]
-                    open_streams += await asyncio.gather(*batch)
+                    opened = await asyncio.gather(*batch)
+                    refused = [r.status for r in opened if r.status != 200]
+                    if refused:  # a cap or an error would be measured as a cheap "watch"
+                        raise RuntimeError(f"{len(refused)} watches refused: {sorted(set(refused))}")
+                    open_streams += opened
                 await asyncio.sleep(2)
                 samples.append({"watches": step, "rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()})
             for response in open_streams:

@@ -157,6 +157,8 @@ class Stack:
             "GATEWAY_SESSION_SECRET": self.session_secret, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
             "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),
             "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
+            # The workloads measure thousands of streams and issuances in one workspace.
+            "GATEWAY_RATE_KUBECONFIG": "1000000/60", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "100000",
             "GATEWAY_LOG_LEVEL": "WARNING",
         }
         if source is not None:

@@ -17,7 +17,7 @@ import pytest
 
 from devstack.keycloak import ADMIN_GROUP, OTHER_CLIENT_ID
 from proxy import keys
-from tests.browser import new_browser
+from tests.signin_browser import new_browser
 from tests.gatewayclient import PASSWORD, admin_session, register_and_login
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
