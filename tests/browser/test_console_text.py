@@ -77,8 +77,12 @@ async def test_kubeconfig_formats_follow_the_gateways_document(cluster: LocalClu
         const { formats, howToUse } = await import("/console/kubeconfigs.js");
         return [formats(served), formats(withExec), howToUse("token", "https://gw"), howToUse("exec", "https://gw")];
     }""", [served, with_exec])
-    # This gateway documents no `format` yet: only the token kubeconfig is offered
-    assert found[0] == ["token"]
+    # This gateway documents both formats (a gateway without `format` offers only the token one)
+    assert found[0] == ["token", "exec"]
+    without_format = {"paths": {"/api/v1/workspaces/credentials/kubeconfig": {"get": {"parameters": [
+        {"name": "workspace_id", "in": "query"}]}}}}
     assert found[1] == ["token", "exec"]
+    assert await page.evaluate("""async (doc) => (await import("/console/kubeconfigs.js")).formats(doc)""",
+                               without_format) == ["token"]
     assert found[2][1] == 'export KUBECONFIG="$PWD/kubeconfig.yaml"\nkubectl get pods'
     assert found[3][1].startswith("tenant-gateway login --gateway https://gw\n")

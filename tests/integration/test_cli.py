@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -16,6 +15,7 @@ import yaml
 from kubernetes import client
 
 from devstack.cluster import LocalCluster
+from devstack.processes import free_port
 from provisioning import manifests
 from provisioning.tiers import DEFAULT_TIERS
 from tests import kubeclients
@@ -145,19 +145,19 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
     """`make run`: embedded PostgreSQL, a local cluster, a first admin with a
     printed one-time password; SIGINT leaves no process behind."""
     import signal
-    import socket
     import ssl
     import time
     import urllib.request
 
     import psutil
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    env.update({"GATEWAY_DATA_DIR": str(tmp_path / "state"), "GATEWAY_LISTEN": f"127.0.0.1:{port}"})
-    process = subprocess.Popen([SCRIPT, "dev"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    # Ports of its own: another gateway on this machine may hold the defaults.
+    env.update({"GATEWAY_DATA_DIR": str(tmp_path / "state"), "GATEWAY_LISTEN": f"127.0.0.1:{port}",
+                "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"})
+    log = tmp_path / "dev.log"
+    process = subprocess.Popen([SCRIPT, "dev"], env=env, stdout=subprocess.PIPE, stderr=log.open("wb"), text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -169,7 +169,8 @@ def test_dev_runs_everything_locally_and_ctrl_c_stops_it_all(tmp_path: Path) -> 
             except OSError:
                 time.sleep(0.3)
         else:
-            raise AssertionError("tenant-gateway dev did not become ready")
+            raise AssertionError("tenant-gateway dev did not become ready; its log ends:\n"
+                                 + "\n".join(log.read_text(errors="replace").splitlines()[-10:]))
         children = [p for p in psutil.Process(process.pid).children(recursive=True)]
         assert {"etcd", "kube-apiserver", "kube-controller-manager"} <= {p.name() for p in children}
         process.send_signal(signal.SIGINT)
@@ -211,23 +212,19 @@ async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
     assert (again.returncode, again.stdout) == (0, ""), again.stdout + again.stderr
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env: dict[str, str],
                                              tmp_path: Path) -> None:
     kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
-    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{closed_port()}"
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     no_cluster = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig")}, "reconcile")
     assert no_cluster.returncode == 2 and no_cluster.stdout == ""
     assert no_cluster.stderr.startswith("error: the Kubernetes API server at https://127.0.0.1:"), no_cluster.stderr
     assert "unreachable" in no_cluster.stderr
 
-    no_database = run({**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{closed_port()}/gw"},
+    no_database = run({**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{free_port()}/gw"},
                       "reconcile")
     assert no_database.returncode == 2 and no_database.stdout == ""
     assert no_database.stderr == "error: the database is unreachable; retry later\n", no_database.stderr
