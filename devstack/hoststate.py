@@ -2,7 +2,8 @@
 it is put back, by the node's own teardown or by the next run after a crash.
 
 A node touches: one cgroup per hierarchy (its `cgroupRoot`), a bridge, the
-mounts under its directory (overlay rootfs, shm, projected volumes), network
+mounts under its directory and its short run folder in /run/tenant-gateway
+(overlay rootfs, shm, projected volumes), network
 namespaces under /run/netns, shim processes and their sockets under
 /run/containerd/s, CNI result files, /var/log/containers links, the kubelet's
 device-plugin socket, and a few sysctls (the bridge plugin turns on
@@ -105,9 +106,15 @@ def claim(record: NodeRecord) -> None:
     _record_path(record).write_text(json.dumps(asdict(record)))
 
 
+def _run_dir(record: NodeRecord) -> Path:
+    """The node's short folder for sockets and the kubelet (devstack.node)."""
+    return Path(record.containerd_socket).parent
+
+
 def release(record: NodeRecord) -> None:
     """After a node stopped: put back what it changed."""
     sweep(record)
+    remove_tree(_run_dir(record))
     _record_path(record).unlink(missing_ok=True)
     if not any(other.owner_alive() for _path, other in _records()):
         restore_sysctls()
@@ -141,6 +148,7 @@ def sweep(record: NodeRecord) -> None:
     _kill_cgroup_processes(record.cgroup_root)
     _kill_shims(record.containerd_socket)
     _unmount_below(Path(record.node_dir))
+    _unmount_below(_run_dir(record))
     _remove_cgroups(record.cgroup_root)
     subprocess.run(["ip", "link", "delete", record.bridge], capture_output=True)
     # Results are named <network>-<sandbox id>-<interface>; the loopback

@@ -86,7 +86,7 @@ def preflight() -> None:
 # -- configuration (pure) ------------------------------------------------------
 
 
-def containerd_config(node_dir: Path, parts: NodeParts, cni_conf_dir: Path) -> str:
+def containerd_config(node_dir: Path, parts: NodeParts, cni_conf_dir: Path, socket: Path) -> str:
     def quoted(value: object) -> str:
         return json.dumps(str(value))
 
@@ -100,7 +100,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
 
 [grpc]
-  address = {quoted(node_dir / "containerd.sock")}
+  address = {quoted(socket)}
 
 [metrics]
   address = ""
@@ -203,8 +203,15 @@ class LocalNode:
         self.network = f"tenant-gateway-{short}"
 
     @property
+    def run_dir(self) -> Path:
+        """Where the node's unix sockets live: a socket path may hold 108
+        bytes, and a node dir under a test's temporary folder can be longer
+        than that with the kubelet's socket names added."""
+        return hoststate.REGISTRY.parent / f"node-{_short_id(self.node_dir)}"
+
+    @property
     def socket(self) -> Path:
-        return self.node_dir / "containerd.sock"
+        return self.run_dir / "containerd.sock"
 
     def start(self) -> None:
         """containerd, the images, then the kubelet; Ready is the cluster's to wait for."""
@@ -215,15 +222,17 @@ class LocalNode:
         hoststate.claim(record)
         self._record = record
         # Volatile state from a previous run is meaningless now: containers died with it.
-        for volatile in ("containerd/state", "runc", "kubelet", "pod-logs", "cni"):
+        for volatile in ("containerd/state", "runc", "pod-logs", "cni"):
             hoststate.remove_tree(self.node_dir / volatile)
+        hoststate.remove_tree(self.run_dir)
+        self.run_dir.mkdir(parents=True)
         cni_conf, leases = self.node_dir / "cni" / "net.d", self.node_dir / "cni" / "leases"
-        for folder in (cni_conf, leases, self.node_dir / "kubelet", self.node_dir / "pod-logs"):
+        for folder in (cni_conf, leases, self.run_dir / "kubelet", self.node_dir / "pod-logs"):
             folder.mkdir(parents=True, exist_ok=True)
         (cni_conf / "10-tenant-gateway.conflist").write_text(
             json.dumps(cni_config(self.network, self.bridge, subnet, leases), indent=1))
         config = self.node_dir / "containerd.toml"
-        config.write_text(containerd_config(self.node_dir, self.parts, cni_conf))
+        config.write_text(containerd_config(self.node_dir, self.parts, cni_conf, self.socket))
         hoststate.make_cgroups(self.cgroup_root)
         env = {**os.environ, "PATH": f"{self.parts.bin_dir}:{self.parts.runc.parent}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.children.spawn("containerd", [str(self.parts.bin_dir / "containerd"), "--config", str(config)], env)
@@ -235,7 +244,7 @@ class LocalNode:
             serving=self.serving, cgroup_root=self.cgroup_root, socket=self.socket)))
         self.children.spawn("kubelet", [
             str(self.kubelet), f"--config={kubelet_yaml}", f"--kubeconfig={self.kubeconfig}",
-            f"--root-dir={self.node_dir / 'kubelet'}", f"--hostname-override={NODE_NAME}",
+            f"--root-dir={self.run_dir / 'kubelet'}", f"--hostname-override={NODE_NAME}",
             f"--node-ip={self.address}", "--v=0",
         ], env)
 
