@@ -53,7 +53,7 @@ def main() -> None:
     async def upstream(app: web.Application) -> AsyncIterator[None]:
         app[UPSTREAM] = Upstream(os.environ["FLOOR_UPSTREAM"], Path(os.environ["FLOOR_UPSTREAM_CA"]).read_bytes())
         yield
-        await app[UPSTREAM].close()
+        app[UPSTREAM].close()
 
     app = web.Application()
     app.cleanup_ctx.append(upstream)

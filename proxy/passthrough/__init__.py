@@ -8,9 +8,10 @@ process -> a cached tenant token is attached (token_cache) -> the request is
 relayed (relaying for HTTP, websockets for exec/attach/port-forward).
 
 Trust boundaries: the client's identity headers never travel upstream
-(headers); the upstream clients (upstream: the HTTP/1.1 pool of http1 and
-an aiohttp session for WebSocket upgrades) hold only the cluster's CA, never
-the gateway's own credential, which lives in provisioning.kube.client.
+(headers); the upstream client (upstream: the HTTP/1.1 pool of http1, which
+also makes WebSocket upgrades) holds only the cluster's CA, never the
+gateway's own credential, which lives in provisioning.kube.client. After an
+upgrade the two connections are spliced as bytes (websockets).
 
 Streaming: bodies are never buffered whole or decompressed; long-running
 requests (watch, follow, exec) have no total or read timeout and register

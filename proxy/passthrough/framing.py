@@ -1,4 +1,5 @@
-"""Where one watch event ends, so a shutdown ends a watch between two events.
+"""Where a stream can be ended cleanly: between two watch events, or
+between two WebSocket frames.
 
 The API server ends a watch after a whole event; a relay that stopped in the
 middle of one would hand the client a torn JSON line (or protobuf frame) and
@@ -13,6 +14,11 @@ Framings (k8s.io/apimachinery/pkg/runtime/serializer/streaming):
   4-byte big-endian length and that many bytes.
 - Anything else (a log follow's plain text, CBOR sequences): no event
   structure the gateway knows, so every point is a boundary.
+
+A WebSocket relayed as bytes (proxy.passthrough.websockets) is ended by a
+close frame the gateway writes itself; `FrameBoundary` follows the API
+server's frames (RFC 6455 5.2: 2 bytes, an extended length of 2 or 8, a
+mask of 4 if set, the payload) so that frame lands between two of them.
 """
 
 from __future__ import annotations
@@ -58,3 +64,53 @@ class EventBoundary:
             if len(self._header) == _LENGTH_BYTES:
                 self._remaining = int.from_bytes(self._header, "big")
                 self._header = b""
+
+
+class FrameBoundary:
+    """Where the WebSocket frames of one direction end. Headers only: a
+    payload is counted, never read."""
+
+    def __init__(self) -> None:
+        self._header = b""  # a frame header split across pieces, so far
+        self._remaining = 0  # payload bytes of the current frame still to come
+
+    @property
+    def at_boundary(self) -> bool:
+        return not self._header and self._remaining == 0
+
+    def feed(self, chunk: bytes, *, stop_at_boundary: bool = False) -> int:
+        """Follow `chunk`; return how much of it was taken: all of it, or
+        with `stop_at_boundary`, only up to the first boundary (0 if there
+        is one before its first byte)."""
+        position, end = 0, len(chunk)
+        while True:
+            if self._remaining:
+                taken = min(self._remaining, end - position)
+                self._remaining -= taken
+                position += taken
+                if self._remaining:
+                    return position
+            if (stop_at_boundary and not self._header) or position == end:
+                return position
+            header = self._header + chunk[position:position + _MAX_FRAME_HEADER]
+            size = _frame_header_size(header)
+            if size is None or len(header) < size:
+                self._header = header  # all that is left of the chunk
+                return end
+            position += size - len(self._header)
+            self._header = b""
+            length = header[1] & 0x7F
+            self._remaining = (int.from_bytes(header[2:4], "big") if length == 126
+                               else int.from_bytes(header[2:10], "big") if length == 127 else length)
+
+
+_MAX_FRAME_HEADER = 14
+
+
+def _frame_header_size(header: bytes) -> int | None:
+    """The size of a frame header that starts with `header`, once its
+    second byte is known."""
+    if len(header) < 2:
+        return None
+    length = header[1] & 0x7F
+    return 2 + (2 if length == 126 else 8 if length == 127 else 0) + (4 if header[1] & 0x80 else 0)

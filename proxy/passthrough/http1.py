@@ -6,8 +6,9 @@ gateway spends on a proxied GET (bench/README.md), all of it the client's
 generality (a ClientRequest, a ClientResponse, timers, traces, cookie,
 proxy and default-header handling for every request). The relay needs none of that: one upstream,
 requests whose every part the gate has already checked, and answers passed
-on as they arrive. WebSocket upgrades still go through aiohttp
-(proxy.passthrough.upstream).
+on as they arrive. A WebSocket upgrade (`Pool.upgrade`) gets a connection
+of its own, which never returns to the pool: once the API server has
+switched protocols, the connection belongs to proxy.passthrough.websockets.
 
 The rules that keep one tenant's answer from ever reaching another's
 request on a shared connection:
@@ -36,7 +37,7 @@ import asyncio
 import collections
 import ssl
 import time
-from typing import AsyncIterable, Callable
+from typing import AsyncIterable, Callable, TypeVar, cast
 
 import httptools
 from multidict import CIMultiDict
@@ -48,7 +49,8 @@ _PAUSE_ABOVE = 256 * 1024
 _FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
 # The API server's header sections are a few hundred bytes; aiohttp's client
 # stopped at 8 KiB per line.
-_MAX_HEAD_BYTES = 64 * 1024
+MAX_HEAD_BYTES = 64 * 1024
+_P = TypeVar("_P", bound=asyncio.BaseProtocol)
 
 
 class UpstreamProtocolError(Exception):
@@ -248,7 +250,7 @@ class _Connection(asyncio.Protocol):
             return
         if answer.status == 0:  # the header section is still coming
             self._head_bytes += len(data)
-            if self._head_bytes > _MAX_HEAD_BYTES:
+            if self._head_bytes > MAX_HEAD_BYTES:
                 answer._fail(UpstreamProtocolError("the answer's header section is too large"))
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -288,7 +290,7 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._header_bytes += len(name) + len(value)
-        if self._header_bytes > _MAX_HEAD_BYTES:
+        if self._header_bytes > MAX_HEAD_BYTES:
             raise UpstreamProtocolError("the answer's header section is too large")
         if not self._informational and self._answer is not None:
             self._answer.headers.add(name.decode("utf-8", "surrogateescape"),
@@ -390,6 +392,85 @@ class _Connection(asyncio.Protocol):
         return self.alive and self._transport is not None and not self._transport.is_closing()
 
 
+class _UpgradeAnswer(asyncio.Protocol):
+    """Reads the head of the answer to an upgrade; after a 101, keeps what
+    follows (the new protocol's first bytes) until the connection is taken over."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.head: asyncio.Future[tuple[int, CIMultiDict[str]]] = asyncio.get_running_loop().create_future()
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+        self._headers: CIMultiDict[str] = CIMultiDict()
+        self._head_bytes = 0
+        self.early = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser is None:
+            if self.head.done() and not self.head.exception():
+                self.early += data
+            return
+        self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade as upgraded:  # the 101's head is complete
+            self._parser = None
+            self.early += data[upgraded.args[0]:]
+            return
+        except httptools.HttpParserError:
+            self._fail(UpstreamProtocolError("the answer to the upgrade is not HTTP/1.1"))
+            return
+        if self._head_bytes > MAX_HEAD_BYTES and not self.head.done():
+            self._fail(UpstreamProtocolError("the answer's header section is too large"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(UpstreamConnectionLost("the API server closed the connection before answering"))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.add(name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        if not self.head.done():
+            self.head.set_result((self._parser.get_status_code(), self._headers))
+
+    def _fail(self, error: Exception) -> None:
+        self._parser = None  # it holds this protocol's bound methods
+        if not self.head.done():
+            self.head.set_exception(error)
+            self.head.exception()  # nobody may be waiting any more (a connect that failed, a timeout)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class Upgrade:
+    """The API server's answer to an upgrade. After a 101, `take_over` hands
+    the connection, and any bytes of the new protocol already read, to a
+    protocol of the caller's."""
+
+    def __init__(self, status: int, headers: CIMultiDict[str], switched: _UpgradeAnswer | None) -> None:
+        self.status = status
+        self.headers = headers
+        self._switched = switched
+
+    def take_over(self, protocol: asyncio.Protocol) -> tuple[asyncio.Transport, bytes]:
+        """The connection, now `protocol`'s, and the bytes that came after
+        the 101: the caller hands them on before anything else."""
+        assert self._switched is not None and self._switched.transport is not None
+        transport = self._switched.transport
+        transport.set_protocol(protocol)
+        return transport, bytes(self._switched.early)
+
+    def abort(self) -> None:
+        """Give up a connection that switched protocols but is not taken over."""
+        if self._switched is not None:
+            self._switched.abort()
+
+
 class Pool:
     """Kept-alive connections to one API server, most recently used first."""
 
@@ -447,11 +528,34 @@ class Pool:
                 return connection, True
             connection.abort()
         loop = asyncio.get_running_loop()
+        return await self._open(lambda: _Connection(loop, self._put_back, self._clock)), False
+
+    async def _open(self, protocol_factory: Callable[[], _P]) -> _P:
+        """A new connection to the API server. Raises OSError or TimeoutError."""
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
-            _, connection = await loop.create_connection(
-                lambda: _Connection(loop, self._put_back, self._clock), self._host, self._port, ssl=self._ssl,
+            _, protocol = await loop.create_connection(
+                protocol_factory, self._host, self._port, ssl=self._ssl,
                 server_hostname=self._host if self._ssl is not None else None)
-        return connection, False
+        return protocol
+
+    async def upgrade(self, target: str, headers: CIMultiDict[str], *, timeout: float) -> Upgrade:
+        """A GET asking to switch protocols (`headers` hold the handshake),
+        on a connection of its own, and the answer's head. Raises like `request`."""
+        head = request_head("GET", self._prefix + target, self._host_header, headers, None, False)
+        answer = await self._open(_UpgradeAnswer)
+        try:
+            assert answer.transport is not None
+            answer.transport.write(head)
+            async with asyncio.timeout(timeout):
+                status, answer_headers = await answer.head
+        except BaseException:
+            answer.abort()
+            raise
+        if status != 101:
+            answer.abort()  # the body of a refusal is not read
+            return Upgrade(status, answer_headers, None)
+        return Upgrade(status, answer_headers, answer)
 
     def _put_back(self, connection: _Connection) -> None:
         if self._closed:

@@ -1,34 +1,53 @@
 """WebSocket relay for exec, attach, port-forward (and watches over WebSocket).
 
-The upstream handshake happens first, with the client's subprotocols offered
-verbatim (`v5.channel.k8s.io`, `v4.channel.k8s.io`,
-`SPDY/3.1+portforward.k8s.io`, ...). Only after the API server answers 101 is
-the client's connection upgraded, with exactly the subprotocol the API server
-chose; any other answer is returned as an ordinary error, so a refused
-upstream never leaves a half-open tunnel. Frames are relayed as they come, in
-both directions, until either side closes.
+The handshake is made with the API server first, as the tenant, on a
+connection of its own, offering the client's subprotocols
+(`v5.channel.k8s.io`, `v4.channel.k8s.io`, ..., never a bearer token
+smuggled in as one) and the client's own key. Only after the API server
+answers 101, with the right accept key and one of the offered subprotocols,
+is the client's connection upgraded, with exactly that subprotocol; any
+other answer is returned as an ordinary error (a redirect is never chased),
+so a refused upstream never leaves a half-open tunnel.
+
+Then the two connections are spliced: bytes go to the other side as they
+arrive, and frames are neither parsed nor rebuilt. RFC 6455 frames cross a
+proxy unchanged (the client's are masked already, the server's never are),
+the API server checks the client's frames exactly as it would from a
+client of its own, and the gateway's work per message is one read and one
+write on each leg. A slow reader on either side pauses reading from the
+other. The relay still follows where the API server's frames end
+(framing.FrameBoundary), so that a shutdown's 1001 close frame lands
+between two frames, never inside one. A cut (suspension, logout) closes
+both connections at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 
-import aiohttp
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
+from multidict import CIMultiDict
 
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
+from proxy.passthrough.framing import FrameBoundary
 from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
+from proxy.passthrough.http1 import Upgrade, UpstreamProtocolError
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import RedirectRefused
+from proxy.passthrough.upstream import SHORT_SECONDS
 
-# Exec output can be large; the API server bounds it, not us.
-_MAX_MESSAGE = 16 * 1024 * 1024
 # Sent with close code 1001 when the gateway stops: the client may reconnect at once.
 GOING_AWAY_REASON = b"the gateway is shutting down; reconnect"
-# A client that never answers our close frame is not waited for longer than this.
+# How long a clean end waits for the frame in flight to finish, and then for
+# the client to answer the close frame, before it closes anyway.
 _CLOSE_SECONDS = 2.0
+# How far one leg may run ahead of the other before it is paused: fewer
+# pauses, each a wake-up, on a port-forward's bulk transfer.
+_WRITE_BUFFER_HIGH = 1024 * 1024
+_ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 class UpgradeRefused(GatewayError):
@@ -41,43 +60,161 @@ class UpgradeRefused(GatewayError):
         super().__init__(f"the Kubernetes API server refused the upgrade with status {status}")
 
 
-async def _connect(request: web.Request, ticket: Ticket, token: str) -> aiohttp.ClientWebSocketResponse:
-    upstream = ticket.passthrough.upstream
-    try:
-        return await upstream.websockets.ws_connect(
-            upstream.url(ticket.decision.upstream_path, ticket.decision.upstream_query),
-            method=request.method,
-            protocols=websocket_subprotocols(request.headers),
-            # The API server's watch-over-WebSocket handler (x/net/websocket)
-            # refuses handshakes without an Origin. The browser's Origin was
-            # checked by the gate; clients that send none get the server's own.
-            origin=request.headers.get("Origin") or upstream.server,
-            headers=upstream_request_headers(request.headers, token),
-            autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=0,
-        )
-    except aiohttp.WSServerHandshakeError as error:
-        raise UpgradeRefused(error.status) from None
-    except RedirectRefused as error:  # the long session never chases one (proxy.passthrough.upstream)
-        raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect") from error
-    except (aiohttp.ClientConnectionError, asyncio.TimeoutError, OSError) as error:
-        raise ClusterUnavailable() from error
-    except aiohttp.ClientError as error:
-        raise UpstreamError() from error
+def accept_key(key: str) -> str:
+    """Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 4.2.2). Pure."""
+    return base64.b64encode(hashlib.sha1(key.encode("ascii") + _ACCEPT_GUID).digest()).decode("ascii")
 
 
-async def _pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
-                sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
-    async for message in source:
-        if message.type == WSMsgType.BINARY:
-            await sink.send_bytes(message.data)
-        elif message.type == WSMsgType.TEXT:
-            await sink.send_str(message.data)
-        elif message.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
-            break
+def close_frame(code: int, reason: bytes) -> bytes:
+    """A close frame as a server sends it: unmasked, reason cut to fit a control frame. Pure."""
+    payload = code.to_bytes(2, "big") + reason[:123]
+    return bytes((0x88, len(payload))) + payload
+
+
+def chosen_subprotocol(answer: CIMultiDict[str], key: str, offered: list[str]) -> str | None:
+    """The subprotocol of a 101 the API server gave; UpstreamError if that
+    answer is not a WebSocket handshake for this key and these offers. Pure."""
+    if (answer.get("Upgrade", "").lower() != "websocket"
+            or answer.get("Sec-WebSocket-Accept") != accept_key(key)
+            or "Sec-WebSocket-Extensions" in answer):  # none were offered: frames the client could not read
+        raise UpstreamError("the Kubernetes API server answered the upgrade with a malformed handshake")
+    chosen = answer.get("Sec-WebSocket-Protocol")
+    if chosen is not None and chosen not in offered:
+        raise UpstreamError("the Kubernetes API server chose a subprotocol that was not offered")
+    return chosen
+
+
+class _Tunnel(asyncio.Protocol):
+    """The API server's connection after it switched protocols, spliced to
+    the client's: a relay of bytes."""
+
+    def __init__(self, request: web.Request, upgrade: Upgrade) -> None:
+        assert request.transport is not None and isinstance(request.protocol, web.RequestHandler)
+        self.ended = asyncio.Event()  # either side is gone
+        self.client_left = asyncio.Event()
+        self._client, self._client_protocol = request.transport, request.protocol
+        self._frames = FrameBoundary()
+        self._stopping = False
+        self._stopped = asyncio.Event()  # a clean end reached a frame boundary
+        self._draining = False
+        self._upstream, early = upgrade.take_over(self)
+        for transport in (self._client, self._upstream):
+            transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
+        # aiohttp hands what the client sends after the upgrade to this
+        # stand-in for its WebSocket reader, starting with anything that came
+        # with the handshake.
+        request.protocol.set_parser(_ClientBytes(self))  # type: ignore[arg-type]
+        if early:
+            self.data_received(early)
+        # Either side may have gone while the other was being set up, its
+        # end reported to no one.
+        if self._client.is_closing():
+            self.client_gone()
+        if self._upstream.is_closing():
+            self.ended.set()
+
+    # -- the API server's connection (asyncio.Protocol) --------------------
+
+    def data_received(self, data: bytes) -> None:
+        """API server -> client."""
+        if self._stopping:
+            data = data[:self._frames.feed(data, stop_at_boundary=True)]
+            if self._frames.at_boundary:
+                self._stopped.set()
+        else:
+            self._frames.feed(data)
+        client = self._client
+        if data and not client.is_closing():
+            client.write(data)
+            if self._client_protocol.writing_paused and not self._draining:
+                self._draining = True
+                self._upstream.pause_reading()
+                asyncio.get_running_loop().create_task(self._resume_when_drained())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.ended.set()
+
+    def pause_writing(self) -> None:
+        self._client.pause_reading()
+
+    def resume_writing(self) -> None:
+        if not self._client.is_closing():
+            self._client.resume_reading()
+
+    async def _resume_when_drained(self) -> None:
+        try:
+            # What aiohttp's own writers await; it returns once the client's
+            # transport has room again (or raises once it is gone).
+            await self._client_protocol._drain_helper()
+        except ConnectionError:
+            return
+        finally:
+            self._draining = False
+        if not self._upstream.is_closing():
+            self._upstream.resume_reading()
+
+    # -- the client's connection (through _ClientBytes) --------------------
+
+    def up(self, data: bytes) -> None:
+        """Client -> API server."""
+        if not self._upstream.is_closing():
+            self._upstream.write(data)
+
+    def client_gone(self) -> None:
+        self.client_left.set()
+        self.ended.set()
+
+    # -- ending --------------------------------------------------------------
+
+    async def end_cleanly(self, code: int, reason: bytes) -> bool:
+        """Close the client's side with a close frame between two of the API
+        server's frames, and the API server's side; wait (bounded) for the
+        client to answer and leave. False if no frame ended in time: a close
+        frame then would tear one, so the caller cuts instead."""
+        self._stopping = True
+        if not self._frames.at_boundary:
+            try:
+                async with asyncio.timeout(_CLOSE_SECONDS):
+                    await self._stopped.wait()
+            except TimeoutError:
+                return False
+        self._upstream.close()
+        if not self._client.is_closing():
+            self._client.write(close_frame(code, reason))
+            try:
+                async with asyncio.timeout(_CLOSE_SECONDS):
+                    await self.client_left.wait()
+            except TimeoutError:
+                pass
+        return True
+
+    def close(self, *, cut: bool) -> None:
+        """Both connections: closed after what is queued is sent, or for a
+        cut, at once."""
+        for transport in (self._upstream, self._client):
+            if cut:
+                transport.abort()
+            else:
+                transport.close()
+
+
+class _ClientBytes:
+    """Stands in for aiohttp's WebSocket reader on the client's connection
+    (`RequestHandler.set_parser`): what the client sends goes upstream as it is."""
+
+    def __init__(self, tunnel: _Tunnel) -> None:
+        self._tunnel = tunnel
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self._tunnel.up(data)
+        return False, b""
+
+    def feed_eof(self) -> None:  # the client's connection is gone
+        self._tunnel.client_gone()
 
 
 def _well_formed(request: web.Request) -> bool:
-    """The client's handshake is valid (Upgrade, Connection, Version, Key).
+    """The client's handshake is valid (GET, Upgrade, Connection, Version, Key).
 
     aiohttp checks it and negotiates the subprotocol in one step
     (`WebSocketResponse._handshake`), and logs a warning when none of the
@@ -89,8 +226,46 @@ def _well_formed(request: web.Request) -> bool:
     return web.WebSocketResponse(protocols=offered_subprotocols(request.headers)).can_prepare(request).ok
 
 
+async def _upgrade(request: web.Request, ticket: Ticket, token: str) -> tuple[Upgrade, str | None]:
+    """The upgrade, made with the API server: its 101, and the subprotocol it chose."""
+    upstream = ticket.passthrough.upstream
+    decision = ticket.decision
+    key = request.headers["Sec-WebSocket-Key"]
+    offered = websocket_subprotocols(request.headers)
+    outgoing = upstream_request_headers(request.headers, token)
+    outgoing.update({"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                     "Sec-WebSocket-Key": key,
+                     # The API server's watch-over-WebSocket handler (x/net/websocket)
+                     # refuses handshakes without an Origin. The browser's Origin was
+                     # checked by the gate; clients that send none get the server's own.
+                     "Origin": request.headers.get("Origin") or upstream.server})
+    if offered:
+        outgoing["Sec-WebSocket-Protocol"] = ", ".join(offered)
+    query = decision.upstream_query
+    try:
+        # No read timeout once it runs, but the answer to the upgrade comes
+        # as soon as the kubelet has started the stream.
+        upgrade = await upstream.pool.upgrade(f"{decision.upstream_path}?{query}" if query else decision.upstream_path,
+                                              outgoing, timeout=SHORT_SECONDS)
+    except ValueError:
+        raise BadRequest("a request header holds a line break", code="invalid_header") from None
+    except (OSError, TimeoutError) as error:
+        raise ClusterUnavailable() from error
+    except UpstreamProtocolError as error:
+        raise UpstreamError() from error
+    if upgrade.status == 101:
+        try:
+            return upgrade, chosen_subprotocol(upgrade.headers, key, offered)
+        except UpstreamError:
+            upgrade.abort()
+            raise
+    if 300 <= upgrade.status < 400:  # never chased: it would carry the token where the tenant wall never looked
+        raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect")
+    raise UpgradeRefused(upgrade.status)
+
+
 async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamResponse:
-    if not _well_formed(request):
+    if request.method != "GET" or not _well_formed(request):
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
@@ -105,33 +280,33 @@ async def _relay_websocket(request: web.Request, ticket: Ticket, stream: Stream)
         # no row, no session.
         await ticket.passthrough.audit.write_now(ticket.event("ProxyExec", **stream_target(ticket.decision)))
     try:
-        upstream = await _connect(request, ticket, token)
+        upgrade, subprotocol = await _upgrade(request, ticket, token)
     except UpgradeRefused as refused:
         if refused.status != 401:
             raise
         ticket.drop_token(token)
-        upstream = await _connect(request, ticket, await ticket.token())
+        upgrade, subprotocol = await _upgrade(request, ticket, await ticket.token())
     if not ticket.decision.is_exec:
         ticket.audit_write(101)
-    client = web.WebSocketResponse(protocols=(upstream.protocol,) if upstream.protocol else (),
-                                   autoping=True, heartbeat=None, max_msg_size=_MAX_MESSAGE, compress=False,
-                                   timeout=_CLOSE_SECONDS)
-    code, message = WSCloseCode.OK, b""
+    response = web.StreamResponse(status=101, reason="Switching Protocols", headers={
+        "Upgrade": "websocket", "Connection": "Upgrade",
+        "Sec-WebSocket-Accept": accept_key(request.headers["Sec-WebSocket-Key"]),
+        **({"Sec-WebSocket-Protocol": subprotocol} if subprotocol else {})})
     try:
-        await client.prepare(request)
-        down = asyncio.create_task(_pump(upstream, client))
-        up = asyncio.create_task(_pump(client, upstream))
-        try:
-            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            if not stream.take_end():
-                raise
-            code, message = WSCloseCode.GOING_AWAY, GOING_AWAY_REASON
-        finally:
-            for task in (down, up):
-                task.cancel()
-            await asyncio.gather(down, up, return_exceptions=True)
+        await response.prepare(request)
+    except BaseException:
+        upgrade.abort()
+        raise
+    request.protocol.keep_alive(False)
+    tunnel = _Tunnel(request, upgrade)
+    cut = True
+    try:
+        await tunnel.ended.wait()
+        cut = False
+    except asyncio.CancelledError:
+        if not stream.take_end():
+            raise
+        cut = not await tunnel.end_cleanly(WSCloseCode.GOING_AWAY, GOING_AWAY_REASON)
     finally:
-        await upstream.close()
-        await client.close(code=code, message=message)
-    return client
+        tunnel.close(cut=cut)
+    return response

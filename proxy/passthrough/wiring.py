@@ -133,7 +133,7 @@ def setup_passthrough(app: web.Application) -> None:
         await tokens.aclose()
         # Most of what is left of the stop: a database that is restarting still gets the rows.
         await audit.stop(timeout=max(0.5, app[keys.DRAIN].remaining() - 2.0))
-        await upstream.close()
+        upstream.close()
 
     async def end_streams(app: web.Application) -> None:
         """Shutdown: ordinary requests get the drain timeout to finish, but a

@@ -468,3 +468,78 @@ async def test_idle_connections_past_keepalive_are_not_reused(peer_pool) -> None
     now[0] += 61
     assert await get(pool) == (200, b"{}")
     assert peer.connections == 2
+
+
+# -- upgrades (the WebSocket relay's upstream leg) -----------------------------
+
+SWITCHED = (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: x\r\n\r\n")
+
+
+class Taken(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.received = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+
+
+async def test_an_upgrade_hands_over_the_connection_with_the_bytes_that_came_with_the_101(
+        peer_pool: Callable[..., Awaitable[tuple[FakePeer, Pool]]]) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await peer.read_head(reader)
+        writer.write(SWITCHED + b"\x82\x01a")  # the new protocol's first frame in the same write
+        await writer.drain()
+        writer.write(b"\x82\x01b")
+        writer.write(await reader.readexactly(3))  # and it echoes what the new owner sends
+        await writer.drain()
+        await reader.read()
+
+    peer, pool = await peer_pool(lambda r, w: script(r, w))
+    upgrade = await pool.upgrade("/api/v1/namespaces/t/pods/p/exec?command=cat", CIMultiDict({"Upgrade": "websocket"}),
+                                 timeout=5)
+    assert upgrade.status == 101 and upgrade.headers["Sec-WebSocket-Accept"] == "x"
+    await asyncio.sleep(0.1)  # the second frame has arrived before the take-over
+    taken = Taken()
+    transport, early = upgrade.take_over(taken)
+    assert early == b"\x82\x01a\x82\x01b"
+    transport.write(b"xyz")
+    async with asyncio.timeout(5):
+        while bytes(taken.received) != b"xyz":
+            await asyncio.sleep(0.01)
+    transport.close()
+    assert peer.heads[0].startswith(b"GET /api/v1/namespaces/t/pods/p/exec?command=cat HTTP/1.1\r\n")
+    assert peer.connections == 1 and not pool._idle  # never pooled
+
+
+async def test_a_refused_upgrade_gives_its_status_and_closes_the_connection(
+        peer_pool: Callable[..., Awaitable[tuple[FakePeer, Pool]]]) -> None:
+    closed = asyncio.Event()
+
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await peer.read_head(reader)
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 1000\r\n\r\n{\"kind\":")
+        await writer.drain()
+        await reader.read()
+        closed.set()
+
+    peer, pool = await peer_pool(lambda r, w: script(r, w))
+    upgrade = await pool.upgrade("/x", CIMultiDict(), timeout=5)
+    assert upgrade.status == 403
+    async with asyncio.timeout(5):
+        await closed.wait()
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n",  # then nothing
+                                    b"SSH-2.0-OpenSSH\r\n\r\n"])
+async def test_an_upgrade_answered_by_silence_or_garbage_raises(
+        peer_pool: Callable[..., Awaitable[tuple[FakePeer, Pool]]], answer: bytes) -> None:
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await peer.read_head(reader)
+        writer.write(answer)
+        await writer.drain()
+        await reader.read()
+
+    peer, pool = await peer_pool(lambda r, w: script(r, w))
+    with pytest.raises((TimeoutError, UpstreamProtocolError)):
+        await pool.upgrade("/x", CIMultiDict(), timeout=0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.passthrough.framing import EventBoundary
+from proxy.passthrough.framing import EventBoundary, FrameBoundary
 
 
 def fed(content_type: str, *pieces: bytes) -> bool:
@@ -48,3 +48,49 @@ def test_protobuf_frames_across_many_pieces() -> None:
 def test_unknown_framings_end_anywhere() -> None:
     assert fed("text/plain", b"half a log li")
     assert fed("", b"\x00\x01")
+
+
+def ws_frame(payload: bytes, *, masked: bool = False, opcode: int = 0x2) -> bytes:
+    """A WebSocket frame as RFC 6455 5.2 lays it out (the mask key is not
+    applied: only the layout matters here)."""
+    size = len(payload)
+    length = (bytes([size]) if size < 126 else bytes([126]) + size.to_bytes(2, "big") if size < 65536
+              else bytes([127]) + size.to_bytes(8, "big"))
+    return bytes([0x80 | opcode, (0x80 if masked else 0) | length[0]]) + length[1:] + (b"\0\1\2\3" if masked else b"") + payload
+
+
+FRAMES = [ws_frame(b""), ws_frame(b"\x01hi"), ws_frame(b"x" * 200, masked=True), ws_frame(b"y" * 70000),
+          ws_frame(b"\x03" + b"z" * 125)]
+
+
+def test_websocket_frames_of_every_length_form_split_at_every_byte() -> None:
+    stream = b"".join(FRAMES)
+    ends = {0}
+    for one in FRAMES:
+        ends.add(max(ends) + len(one))
+    for cut in [*range(0, 300), *range(70000, 70300), len(stream) - 3, len(stream)]:
+        boundary = FrameBoundary()
+        assert boundary.feed(stream[:cut]) == cut
+        assert boundary.at_boundary == (cut in ends), cut
+        assert boundary.feed(stream[cut:]) == len(stream) - cut
+        assert boundary.at_boundary
+
+
+@pytest.mark.parametrize("cut", [1, 2, 5, 9, 240, 70010])
+def test_a_stop_at_the_boundary_takes_the_rest_of_the_current_frame_only(cut: int) -> None:
+    stream = b"".join(FRAMES)
+    boundary = FrameBoundary()
+    boundary.feed(stream[:cut])
+    ends = [sum(len(one) for one in FRAMES[:index + 1]) for index in range(len(FRAMES))]
+    next_end = min(end for end in ends if end >= cut)
+    taken = boundary.feed(stream[cut:], stop_at_boundary=True)
+    assert cut + taken == next_end and boundary.at_boundary
+    assert boundary.feed(stream[next_end:], stop_at_boundary=True) == 0  # already at one: nothing more
+
+
+def test_a_header_split_across_three_pieces() -> None:
+    data = ws_frame(b"q" * 70000, masked=True)
+    boundary = FrameBoundary()
+    for piece in (data[:1], data[1:3], data[3:12], data[12:]):
+        assert boundary.feed(piece) == len(piece)
+    assert boundary.at_boundary
