@@ -1,7 +1,8 @@
 """The load generator: a separate process, so its CPU never counts as the
 gateway's. Reads one JSON job on stdin, prints one JSON result.
 
-job: {"url", "headers", "concurrency", "requests", "ca_file", "gzip", "seconds" (optional: stop by then)}
+job: {"url", "headers", "concurrency", "requests", "ca_file", "gzip", "seconds" (optional: stop by then),
+      "nice" (optional: run at this niceness)}
 result: {"requests", "seconds", "rps", "p50_ms", "p99_ms", "errors", "bytes"}
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import ssl
 import sys
 import time
@@ -66,13 +68,16 @@ async def run(job: dict[str, object]) -> dict[str, object]:
 
 
 def main() -> None:
+    job = json.load(sys.stdin)
+    if job.get("nice"):
+        os.nice(int(job["nice"]))
     try:
         import uvloop
 
         uvloop.install()
     except ImportError:
         pass
-    print(json.dumps(asyncio.run(run(json.load(sys.stdin)))))
+    print(json.dumps(asyncio.run(run(job))))
 
 
 if __name__ == "__main__":
