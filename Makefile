@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test lint bench cluster-binaries keycloak-dist clean
+.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries keycloak-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +38,20 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: $(STAMP) cluster-binaries keycloak-dist lint $(CHROMIUM)
-	$(BIN)/pytest -p no:cacheprovider
+# The suite in rings, fastest first, each its own pytest run: a failure in
+# an inner ring stops the run before the slow ones start, and explains any
+# failure they would have shown. The cluster ring starts the control plane,
+# node, PostgreSQL, Keycloak and Chromium once and shares them (browser tests last).
+test: test-pure test-component test-cluster
+
+test-pure: lint
+	$(BIN)/pytest -p no:cacheprovider tests/unit
+
+test-component: $(STAMP)
+	$(BIN)/pytest -p no:cacheprovider tests/component
+
+test-cluster: $(STAMP) cluster-binaries keycloak-dist $(CHROMIUM)
+	$(BIN)/pytest -p no:cacheprovider tests/integration tests/attacks tests/browser
 
 bench: $(STAMP) cluster-binaries
 	$(BIN)/python -m bench
