@@ -107,19 +107,25 @@ async def database_url(postgres_server_url: str) -> AsyncIterator[str]:
     yield await new_database(postgres_server_url)
 
 
-@pytest.fixture
-def gateway_env(cluster: LocalCluster, database_url: str) -> dict[str, str]:
-    """The environment a real deployment would give the gateway, pointed at the
-    restricted credential, with rate limits loose enough for a test's traffic."""
+def gateway_environment(kubeconfig: Path, database_url: str) -> dict[str, str]:
+    """The environment a real deployment would give the gateway, with rate
+    limits loose enough for a test's traffic."""
     return {
         "GATEWAY_DATABASE_URL": database_url,
         "GATEWAY_SESSION_SECRET": SESSION_SECRET,
-        "GATEWAY_KUBECONFIG": str(cluster.gateway_kubeconfig),
+        "GATEWAY_KUBECONFIG": str(kubeconfig),
         "GATEWAY_RATE_INIT": "1000/60",
         "GATEWAY_RATE_LOGIN": "1000/60",
         "GATEWAY_RATE_REGISTER": "1000/60",
         "GATEWAY_METRICS_LISTEN": "127.0.0.1:0",  # many gateways per process: each its own port
     }
+
+
+@pytest.fixture
+def gateway_env(cluster: LocalCluster, database_url: str) -> dict[str, str]:
+    """Pointed at the local cluster with the restricted credential
+    (tests/component overrides it: no cluster there)."""
+    return gateway_environment(cluster.gateway_kubeconfig, database_url)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -63,3 +63,9 @@ async def admin_session(client: TestClient, database_url: str) -> Session:  # ty
     email = f"admin-{uuid.uuid4().hex[:8]}@example.test"
     await create_user(database_url, email, PASSWORD, True)
     return await login(client, email)
+
+
+async def error_of(response: Any) -> tuple[int, str]:
+    body = await response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    return response.status, body["error"]["code"]

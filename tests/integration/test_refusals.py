@@ -250,15 +250,6 @@ async def test_an_unreachable_api_server(cluster: LocalCluster, make_gateway: An
         await real.close()
 
 
-async def test_aiohttps_own_refusals_on_k8s(gateway: Any) -> None:
-    """No route matches `/k8s/` with an empty workspace: aiohttp's own 404,
-    rendered by the same middleware, is a Status too."""
-    answer = await gateway.get("/k8s/")
-    body = await answer.json()
-    assert (answer.status, body["kind"], body["reason"], body["error"]["code"]) == (404, "Status", "NotFound",
-                                                                                   "not_found")
-
-
 async def websocket_watch(gateway: Any, base: str, user: Session, workspace: dict[str, Any]) -> None:
     """A correct upgrade: the client offers a bearer-token subprotocol (never
     relayed) and one the API server accepts."""
