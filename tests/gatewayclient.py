@@ -9,6 +9,8 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from proxy.cli import create_user
+from proxy import keys
+import aiohttp
 
 PASSWORD = "correct horse battery staple"
 
@@ -69,3 +71,24 @@ async def error_of(response: Any) -> tuple[int, str]:
     body = await response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
     return response.status, body["error"]["code"]
+
+
+async def tenant(gateway: Any) -> tuple[Session, dict[str, Any]]:
+    user = await register_and_login(gateway)
+    return user, await user.init()
+
+
+def metric(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def metrics_text(gateway: Any) -> str:
+    """The test gateway's /metrics, read from its metrics listener (never the public one)."""
+    host, port = gateway.app[keys.METRICS_ADDRESS]
+    async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}/metrics") as answer:
+        assert answer.status == 200
+        return str(await answer.text())

@@ -18,6 +18,8 @@ from devstack.cluster import LocalCluster
 from devstack.nodeparts import BUSYBOX_IMAGE
 from tests.gatewayclient import Session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy
+from urllib.parse import urlencode
+import re
 
 
 def pod_manifest(name: str, script: str, *, stdin: bool = False, tty: bool = False) -> dict[str, Any]:
@@ -104,3 +106,23 @@ async def read_until(stream: asyncio.StreamReader, needle: bytes, limit: float =
                 raise AssertionError(f"stream ended before {needle!r}; got {seen[-500:]!r}")
             seen += chunk
     return seen
+
+
+# A busybox httpd serving one page on port 8080 (port-forward tests).
+HTTP_SERVER = "mkdir -p /www && echo hello-from-the-pod > /www/index.html && exec httpd -f -p 8080 -h /www"
+# The channels of v5.channel.k8s.io (a browser's exec WebSocket).
+STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
+
+
+async def forwarded_port(process: asyncio.subprocess.Process) -> int:
+    assert process.stdout is not None
+    line = await read_until(process.stdout, b"->")
+    found = re.search(rb"127\.0\.0\.1:(\d+) ->", line)
+    assert found, line
+    return int(found.group(1))
+
+
+def exec_url(tenant: Tenant, pod: str, command: list[str], *, tty: bool) -> str:
+    query = urlencode([("command", part) for part in command] + [
+        ("stdin", "true"), ("stdout", "true"), ("stderr", "false" if tty else "true"), ("tty", str(tty).lower())])
+    return f"{tenant.server}/api/v1/namespaces/{tenant.namespace}/pods/{pod}/exec?{query}"

@@ -63,3 +63,7 @@ async def gateway_process(gateway: Any, gateway_env: dict[str, str]) -> AsyncIte
         process.wait(timeout=15)
         assert process.stderr is not None
         replica.log = process.stderr.read().decode()
+
+
+# Replicas started by the second_gateway fixture, by base URL: a test reads one's log.
+REPLICAS: dict[str, subprocess.Popen[bytes]] = {}

@@ -14,7 +14,8 @@ import pytest
 
 from proxy import keys
 from tests.gatewayclient import error_of
-from tests.integration.test_proxy import metrics_text, open_watch, tenant
+from tests.watches import open_watch
+from tests.gatewayclient import metrics_text, tenant
 
 pytestmark = pytest.mark.cluster
 

@@ -17,10 +17,9 @@ import pytest
 from devstack.cluster import LocalCluster
 from provisioning.db.migrate import migrate
 from tests.gatewayclient import admin_session
-from tests.integration.test_outages import own_postgres  # noqa: F401  (a fixture)
-from tests.integration.test_pods import HTTP_SERVER, STDIN, exec_url, forwarded_port
-from tests.integration.test_proxy import metric, metrics_text, second_gateway  # noqa: F401  (a fixture)
 from tests.pods import Tenant, new_tenant, read_until
+from tests.gatewayclient import metric, metrics_text
+from tests.pods import HTTP_SERVER, STDIN, exec_url, forwarded_port
 
 pytestmark = pytest.mark.cluster
 
@@ -114,7 +113,7 @@ async def _none(listing: Any) -> bool:
     return not await listing
 
 
-async def test_no_audit_row_no_exec(own_postgres: Any, make_gateway: Any, cluster: LocalCluster,  # noqa: F811
+async def test_no_audit_row_no_exec(own_postgres: Any, make_gateway: Any, cluster: LocalCluster,
                                     tmp_path: Path) -> None:
     url = own_postgres.get_uri()
     connection = await asyncpg.connect(url)
@@ -167,7 +166,7 @@ async def test_suspension_cuts_exec_attach_port_forward_and_logs(tenant: Tenant,
 
 
 async def test_suspension_cuts_an_exec_on_another_replica(tenant: Tenant, gateway: Any,
-                                                          second_gateway: str,  # noqa: F811
+                                                          second_gateway: str,
                                                           database_url: str) -> None:
     pod = await tenant.run_pod("exec sleep 3600")
     other = tenant.server.replace(str(gateway.make_url("")).rstrip("/"), second_gateway)

@@ -12,12 +12,10 @@ from typing import Any
 import pytest
 
 from tests.gatewayclient import admin_session, login
-from tests.integration.test_proxy import open_watch, second_gateway, tenant, until_closed
+from tests.gatewayclient import tenant
+from tests.watches import open_watch, until_closed
 
 pytestmark = pytest.mark.cluster
-__all__ = ["second_gateway"]  # the fixture: a second replica
-
-
 async def watches_on_both(gateway: Any, replica: str, user: Any, workspace: dict[str, Any]) -> list[asyncio.Task[float]]:
     streams = [await open_watch(gateway, user, workspace), await open_watch(gateway, user, workspace, base=replica)]
     return [asyncio.create_task(until_closed(stream, 10)) for stream in streams]

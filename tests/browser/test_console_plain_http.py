@@ -4,7 +4,7 @@ kept and sent there, and the console works as it does over TLS."""
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 import pytest
 from aiohttp.test_utils import TestServer

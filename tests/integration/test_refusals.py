@@ -42,9 +42,9 @@ from proxy.passthrough.wiring import SPDY_REFUSED
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
-from tests.integration.test_proxy_faults import RealTokensFakeUpstream
 from tests.pods import new_tenant
 from tests.replicas import gateway_process, tls_session
+from tests.fakes import RealTokensFakeUpstream
 
 pytestmark = pytest.mark.cluster
 

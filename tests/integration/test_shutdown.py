@@ -35,9 +35,8 @@ from devstack.cluster import LocalCluster
 from provisioning.db.migrate import migrate
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session
-from tests.integration.test_outages import own_postgres  # noqa: F401  (a fixture)
 from devstack.processes import free_port
-from tests.integration.test_proxy import tenant, tls_session
+from tests.gatewayclient import tenant
 
 pytestmark = pytest.mark.cluster
 
@@ -277,7 +276,7 @@ def _postgres_processes(server: Any) -> list[int]:
 
 @pytest.mark.parametrize("fault", ["stopped", "hung", "restarting"])
 async def test_sigterm_with_the_database_away(fault: str, gateway: Any, start_replica: Any,
-                                              own_postgres: Any) -> None:  # noqa: F811
+                                              own_postgres: Any) -> None:
     url = own_postgres.get_uri()
     connection = await asyncpg.connect(url)
     await migrate(connection)

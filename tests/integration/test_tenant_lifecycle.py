@@ -289,7 +289,7 @@ async def test_resume_after_a_cut_short_suspension_leaves_old_kubeconfigs_dead(
         cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
     dave = await register_and_login(gateway)
     workspace = await dave.init()
-    ns, path = workspace["namespace"], f"/api/v1/workspaces/{workspace['id']}"
+    path = f"/api/v1/workspaces/{workspace['id']}"
     old = save(tmp_path, "dave.kubeconfig", await dave.kubeconfig())
     assert kubectl(cluster, old, "get", "configmaps").returncode == 0
     root = await admin_session(gateway, database_url)

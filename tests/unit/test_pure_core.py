@@ -21,7 +21,7 @@ from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permissio
                                       policy_gaps, required_permissions)
 from provisioning.secrets import Secret
 from provisioning.tiers import SHARED_BOUNDS, parse_tiers
-from proxy.addresses import client_address, public_scheme, rate_subject
+from proxy.addresses import client_address, rate_subject
 from proxy.logs import MalformedRequestsAreWarnings
 from proxy.auth import sessions
 from proxy.ratelimit import retry_after
