@@ -95,7 +95,12 @@ async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
         answer = await root.call("POST", f"/api/v1/workspaces/{alice.workspace_id}/{move}")
         assert answer.status == 200, await answer.text()
 
-    assert admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, alice.namespace).spec.hard == dict(BASIC.hard)
+    hard = admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, alice.namespace).spec.hard
+    assert hard == dict(BASIC.hard)
+    # Spelled out, not only read from the tier under test: the bounds the old
+    # quota lacked are there now (old code, whose tier was the old quota, fails here).
+    assert {key: hard.get(key) for key in ("services.nodeports", "services.loadbalancers", "configmaps", "pods")} == \
+        {"services.nodeports": "0", "services.loadbalancers": "0", "configmaps": "50", "pods": "50"}
 
 
 async def test_the_gateway_credential_changes_quotas_only_in_tenant_namespaces(cluster: LocalCluster) -> None:

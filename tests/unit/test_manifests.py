@@ -1,0 +1,37 @@
+"""The objects onboarding creates: labels, bindings, network isolation, the
+suspension label. Pure."""
+
+from __future__ import annotations
+
+from provisioning import manifests
+from provisioning.tiers import parse_tiers
+
+
+def test_manifests_carry_the_workspace_label_and_bind_only_in_namespace() -> None:
+    tier = parse_tiers("basic: {requests.cpu: '4'}")["basic"]
+    steps = manifests.onboarding_steps("tenant-u", "wid", tier, "tenant-admin")
+    assert [s.kind for s in steps] == ["Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy",
+                                       "ServiceAccount", "RoleBinding"]
+    assert all(s.body["metadata"]["labels"][manifests.WORKSPACE_LABEL] == "wid" for s in steps)
+    binding = steps[-1].body
+    assert binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == "tenant-u"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sa-tenant-admin", "namespace": "tenant-u"}]
+    assert steps[-2].body["automountServiceAccountToken"] is False
+    assert steps[0].body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_network_isolation_admits_the_namespace_itself_and_the_platform_never_another_tenant() -> None:
+    spec = manifests.network_isolation("tenant-u", "wid")["spec"]
+    assert spec["podSelector"] == {} and spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchExpressions": [
+            {"key": manifests.WORKSPACE_LABEL, "operator": "DoesNotExist"}]}},
+    ]
+
+
+def test_suspension_label_patch_sets_and_removes() -> None:
+    assert manifests.suspended_label_patch(True) == {"metadata": {"labels": {manifests.SUSPENDED_LABEL: "true"}}}
+    # A merge patch removes a key with null.
+    assert manifests.suspended_label_patch(False) == {"metadata": {"labels": {manifests.SUSPENDED_LABEL: None}}}

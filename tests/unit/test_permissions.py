@@ -1,0 +1,56 @@
+"""The gateway's credential against what it needs: the permission report, the
+policy gaps `check` names, the confinement probes. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes, evaluate,
+                                      policy_gaps, required_permissions)
+
+
+def _installed(name: str, selector: Any, **binding: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    match = {"namespaceSelector": selector} if selector is not None else {}
+    spec = {"policyName": name, "validationActions": ["Deny"], "matchResources": match, **binding}
+    return {"metadata": {"name": name}, "spec": {"failurePolicy": "Fail"}}, {"metadata": {"name": name}, "spec": spec}
+
+
+def test_permission_report() -> None:
+    required = required_permissions("tenant-admin")
+    allowed = {p: True for p in required} | {p: False for p in FORBIDDEN}
+    assert evaluate(required, allowed).ok
+    assert evaluate(required, allowed, bypasses=(UNCONFINED,)).excessive == (UNCONFINED,)
+    allowed[Permission("create", "serviceaccounts", subresource="token")] = False
+    allowed[Permission("get", "secrets")] = True
+    report = evaluate(required, allowed)
+    assert [str(p) for p in report.missing] == ["create serviceaccounts/token cluster-wide"]
+    assert [str(p) for p in report.excessive] == ["get secrets cluster-wide"]
+
+
+def test_policy_gaps_name_every_bypass_of_the_shipped_policy_set() -> None:
+    shipped = [_installed(name, selector) for name, selector in POLICIES.items()]
+    policies, bindings = [p for p, _ in shipped], [b for _, b in shipped]
+    assert policy_gaps(policies, bindings) == ()
+    # Missing, failing open, warning only, narrowed, bound elsewhere: each is a bypass.
+    assert policy_gaps(policies[1:], bindings) == (
+        "ValidatingAdmissionPolicy tenant-gateway-no-long-lived-tokens (deploy/kubernetes/admission.yaml) is not installed",)
+    ignore = [{**policies[2], "spec": {"failurePolicy": "Ignore"}}]
+    assert "fails open" in policy_gaps(policies[:2] + ignore + policies[3:], bindings)[0]
+    name, selector = "tenant-gateway-rolebinding-subjects", POLICIES["tenant-gateway-rolebinding-subjects"]
+    others = [b for b in bindings if b["spec"]["policyName"] != name]
+    for weakened in (_installed(name, selector, validationActions=["Warn"])[1],
+                     _installed(name, {"matchLabels": {"x": "y"}})[1],
+                     _installed(name, {**selector, "matchLabels": {"x": "y"}})[1],
+                     {**_installed(name, selector)[1], "spec": {**_installed(name, selector)[1]["spec"],
+                      "matchResources": {"namespaceSelector": selector, "objectSelector": {"matchLabels": {"a": "b"}}}}},
+                     _installed("something-else", selector)[1]):
+        assert policy_gaps(policies, others + [weakened]) == (
+            f"ValidatingAdmissionPolicy {name} (deploy/kubernetes/admission.yaml) "
+            "has no binding that denies in every namespace it guards",), weakened
+
+
+def test_confinement_probes_aim_at_a_tenant_namespace_when_there_is_one() -> None:
+    assert [p.method for p in confinement_probes(None)] == ["POST", "POST"]
+    probes = confinement_probes("tenant-x")
+    assert [(p.method, p.path) for p in probes[2:]] == [("PATCH", "/api/v1/namespaces/tenant-x")] * 2
+    assert probes[1].body["metadata"]["ownerReferences"] and probes[1].body["metadata"]["name"].startswith("tenant-")

@@ -1,0 +1,114 @@
+"""Settings: the contract's defaults, every refusal, YAML and environment
+precedence, tiers files, and the Deployment's shutdown bounds. Pure."""
+
+from __future__ import annotations
+
+import pytest
+
+from provisioning.tiers import SHARED_BOUNDS, parse_tiers
+from proxy.settings import SettingsError, load_settings
+
+DB = {"GATEWAY_DATABASE_URL": "postgresql://u:p@db/gw", "GATEWAY_SESSION_SECRET": "x" * 32}
+
+
+def test_settings_defaults_follow_the_contract() -> None:
+    settings = load_settings({})
+    assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 8080)
+    assert settings.dev_mode and settings.token_ttl_seconds == 7200
+    assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi", **SHARED_BOUNDS}
+    assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
+    # Under the deployment's terminationGracePeriodSeconds (30) minus its preStop delay (5).
+    assert (settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds) == (5.0, 20.0)
+    tuned = load_settings({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "1.5", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "4"})
+    assert (tuned.shutdown_drain_seconds, tuned.shutdown_timeout_seconds) == (1.5, 4.0)
+    assert (settings.rate_kubeconfig.limit, settings.rate_kubeconfig.window_seconds) == (30, 60)
+    assert settings.max_streams_per_workspace == 100
+    limits = load_settings({"GATEWAY_RATE_KUBECONFIG": "2/10", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "3"})
+    assert (limits.rate_kubeconfig.limit, limits.max_streams_per_workspace) == (2, 3)
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"GATEWAY_CORS_ORIGINS": "*"}, "'*' is refused"),
+    ({"GATEWAY_CORS_ORIGINS": "https://*.example.com"}, "'*' is refused"),
+    ({"GATEWAY_CORS_ORIGINS": "https://ui.example.com/path"}, "nothing after"),
+    ({"GATEWAY_TOKEN_TTL_SECONDS": "7201"}, "may not exceed 7200"),
+    ({"GATEWAY_TOKEN_TTL_SECONDS": "60"}, "at least 600"),
+    ({"GATEWAY_TOKEN_TTL_SECONDS": "2h"}, "whole number"),
+    ({"GATEWAY_LISTEN": "nope"}, "host:port"),
+    ({"GATEWAY_DATABASE_URL": "mysql://x"}, "postgresql://"),
+    ({"GATEWAY_DATABASE_URL": "postgresql://x/y"}, "SESSION_SECRET is required"),
+    ({"GATEWAY_SESSION_SECRET": "short"}, "at least 32"),
+    ({"GATEWAY_TRUSTED_PROXIES": "10.0.0.1, proxy.local"}, "not an IP"),
+    ({"GATEWAY_PUBLIC_SERVER": "http://api"}, "https://"),
+    ({"GATEWAY_RATE_INIT": "lots"}, "COUNT/SECONDS"),
+    ({"GATEWAY_TLS_CERT_FILE": "/c"}, "go together"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "soon"}, "number of seconds"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "0"}, "more than 0"),
+    ({"GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "5.5"}, "by at least 1 s"),
+    ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "30", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "30"}, "by at least 1 s"),
+    ({"GATEWAY_RATE_KUBECONFIG": "0/60"}, "positive"),
+    ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "0"}, "at least 1"),
+    ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "many"}, "whole number"),
+])
+def test_settings_refused(env: dict[str, str], words: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env)
+    assert words in str(refused.value)
+
+
+def test_yaml_config_and_environment_precedence() -> None:
+    config = "GATEWAY_LISTEN: 0.0.0.0:9000\nGATEWAY_CORS_ORIGINS: [https://a.example, https://b.example]\n"
+    settings = load_settings({"GATEWAY_LISTEN": "127.0.0.1:7000"}, config)
+    assert settings.listen_port == 7000
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+    with pytest.raises(SettingsError):
+        load_settings({}, "GATEWAY_NOPE: 1\n")
+
+
+def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
+    settings = load_settings({**DB, "GATEWAY_TRUSTED_PROXIES": "::ffff:10.0.0.1, 2001:DB8::1"})
+    assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
+
+
+def test_metrics_have_a_listener_of_their_own() -> None:
+    settings = load_settings({})
+    assert (settings.metrics_host, settings.metrics_port) == ("127.0.0.1", 9091)
+    moved = load_settings({"GATEWAY_METRICS_LISTEN": "0.0.0.0:9100", "GATEWAY_LISTEN": "0.0.0.0:9091"})
+    assert (moved.metrics_host, moved.metrics_port, moved.listen_port) == ("0.0.0.0", 9100, 9091)
+    assert load_settings({"GATEWAY_METRICS_LISTEN": "127.0.0.1:0", "GATEWAY_LISTEN": "127.0.0.1:0"}).metrics_port == 0
+    for env in ({"GATEWAY_METRICS_LISTEN": "0.0.0.0:8080"}, {"GATEWAY_METRICS_LISTEN": "nowhere"},
+                {"GATEWAY_LISTEN": "127.0.0.1:9091"}):
+        with pytest.raises(SettingsError):
+            load_settings(env)
+
+
+def test_secrets_do_not_print() -> None:
+    settings = load_settings(DB)
+    assert "p@db" not in repr(settings) and "x" * 32 not in repr(settings)
+
+
+def test_tiers_file_forms_and_errors() -> None:
+    tiers = parse_tiers("small: {requests.cpu: '1', limits.memory: 2Gi}\n"
+                        "big: {hard: {requests.cpu: '16', pods: '100'}, defaultLimits: {cpu: '1', memory: 1Gi}}\n")
+    assert tiers["small"].summary() == {"cpu": "1", "memory": "2Gi"}
+    assert tiers["big"].default_limits == {"cpu": "1", "memory": "1Gi"}
+    for bad in ("[]", "x: {cpu: lots}", "Bad_Name: {cpu: '1'}", "t: {hard: {cpu: '1'}, extra: 1}", "t: {}"):
+        with pytest.raises(ValueError):
+            parse_tiers(bad)
+
+
+def test_deployment_stops_within_its_grace_period() -> None:
+    """The gateway's own bound plus the preStop delay fit in terminationGracePeriodSeconds,
+    so a rolling restart never ends in the kubelet's SIGKILL."""
+    from pathlib import Path
+
+    import yaml
+
+    deployment = yaml.safe_load((Path(__file__).parents[2] / "deploy/kubernetes/deployment.yaml").read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    settings = load_settings(env)
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pre_stop > 0 and settings.shutdown_drain_seconds < settings.shutdown_timeout_seconds
+    assert pre_stop + settings.shutdown_timeout_seconds < pod["terminationGracePeriodSeconds"]
