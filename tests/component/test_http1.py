@@ -2,7 +2,7 @@
 server that scripts the faults a real API server cannot be made to produce
 on cue: answers cut short, stray bytes, stale kept-alive connections,
 silence. The happy paths are also proven against the real API server by
-tests/integration/test_proxy.py.
+tests/integration/test_passthrough.py.
 
 Given a scripted peer, when the pool sends a request, then the answer is
 read exactly, and a connection is reused only when nothing about it is in
