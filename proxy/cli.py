@@ -284,8 +284,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    configure_logging(os.environ.get("GATEWAY_LOG_LEVEL", "INFO"))
     settings = load()
+    configure_logging(settings.log_level)
     if args.command == "serve":
         return cmd_serve(settings, args)
     if args.command == "dev":

@@ -1,7 +1,10 @@
 """The gateway's configuration: one frozen object, built once at start-up.
 
-`load_settings` is pure (environment mapping + optional YAML text in, Settings
-out) so every validation rule is unit-tested without touching the disk.
+Every GATEWAY_* variable is declared once, in `VARIABLES`: its name, the
+fields it sets, how its text is read and validated, and why it exists; the
+README's configuration table is checked against that list. `load_settings`
+is pure (environment mapping + optional YAML text in, Settings out) so every
+validation rule is unit-tested without touching the disk.
 `settings_from_environment` is the I/O shell that reads the files it names.
 Environment variables win over the YAML file given by GATEWAY_CONFIG, which
 uses the same key names.
@@ -12,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import urlsplit
 
 import yaml
@@ -114,6 +117,7 @@ class Settings:
     """The whole stop, drain included, ends within this: under the deployment's
     terminationGracePeriodSeconds (30) minus its preStop delay (5), so the
     kubelet never has to SIGKILL what is still in flight."""
+    log_level: str = "INFO"
 
     @property
     def dev_mode(self) -> bool:
@@ -124,21 +128,6 @@ class Settings:
         if self.session_secret is None:
             raise SettingsError("GATEWAY_SESSION_SECRET is not set")
         return self.session_secret
-
-
-_KEYS = (
-    "GATEWAY_LISTEN", "GATEWAY_METRICS_LISTEN", "GATEWAY_DATABASE_URL", "GATEWAY_DATA_DIR", "GATEWAY_KUBECONFIG",
-    "GATEWAY_PUBLIC_SERVER", "GATEWAY_PUBLIC_CA_FILE", "GATEWAY_SESSION_SECRET",
-    "GATEWAY_CORS_ORIGINS", "GATEWAY_TIERS_FILE", "GATEWAY_TENANT_CLUSTERROLE",
-    "GATEWAY_TRUSTED_PROXIES", "GATEWAY_TOKEN_TTL_SECONDS", "GATEWAY_SESSION_TTL_SECONDS",
-    "GATEWAY_REGISTRATION", "GATEWAY_RATE_INIT", "GATEWAY_RATE_LOGIN", "GATEWAY_RATE_REGISTER",
-    "GATEWAY_RATE_KUBECONFIG", "GATEWAY_MAX_STREAMS_PER_WORKSPACE",
-    "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE",
-    "GATEWAY_SHUTDOWN_DRAIN_SECONDS", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS",
-    "GATEWAY_PASSWORD_LOGIN", "GATEWAY_OIDC_PROVIDERS", "GATEWAY_PUBLIC_URL",
-)
-# Structured (a list), so not a GATEWAY_* string: only the GATEWAY_CONFIG file holds it.
-_PROVIDERS_KEY = "oidc_providers"
 
 
 def _config_mapping(config_text: str | None) -> dict[str, Any]:
@@ -154,38 +143,70 @@ def _merge(env: Mapping[str, str], config_text: str | None) -> dict[str, str]:
     merged: dict[str, str] = {}
     loaded = {k: v for k, v in _config_mapping(config_text).items() if k != _PROVIDERS_KEY}
     if loaded:
-        unknown = sorted(set(map(str, loaded)) - set(_KEYS))
+        unknown = sorted(set(map(str, loaded)) - set(_FILE_KEYS))
         if unknown:
             raise SettingsError(f"unknown keys in GATEWAY_CONFIG: {', '.join(unknown)}")
         merged.update({str(k): ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in loaded.items() if v is not None})
-    merged.update({k: v for k, v in env.items() if k in _KEYS and v != ""})
+    merged.update({k: v for k, v in env.items() if k in _FILE_KEYS and v != ""})
     return merged
 
 
-def _listen(text: str, name: str = "GATEWAY_LISTEN") -> tuple[str, int]:
+# -- how each variable's text is read: (name, text) -> a value, or SettingsError --
+
+def _listen(name: str, text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise SettingsError(f"{name} must be host:port")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _origins(text: str) -> tuple[str, ...]:
+def _database_url(name: str, text: str) -> Secret:
+    if urlsplit(text).scheme not in ("postgres", "postgresql"):
+        raise SettingsError(f"{name} must be a postgresql:// URL")
+    return Secret(text)
+
+
+def _path(name: str, text: str) -> Path:
+    return Path(text).expanduser()
+
+
+def _https_url(name: str, text: str) -> str:
+    if urlsplit(text).scheme != "https":
+        raise SettingsError(f"{name} must be an https:// URL")
+    return text.rstrip("/")
+
+
+def _origin(name: str, text: str) -> str:
+    url = text.rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+        raise SettingsError(f"{name} must be scheme://host[:port] with nothing after")
+    return url
+
+
+def _secret(name: str, text: str) -> Secret:
+    if len(text) < 32:
+        raise SettingsError(f"{name} must be at least 32 characters")
+    return Secret(text)
+
+
+def _origins(name: str, text: str) -> tuple[str, ...]:
     origins = tuple(o.strip() for o in text.split(",") if o.strip())
     for origin in origins:
         if "*" in origin:
-            raise SettingsError("GATEWAY_CORS_ORIGINS must list exact origins; '*' is refused")
+            raise SettingsError(f"{name} must list exact origins; '*' is refused")
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
             raise SettingsError(f"CORS origin {origin!r} must be scheme://host[:port] with nothing after")
     return origins
 
 
-def _addresses(text: str) -> frozenset[str]:
+def _addresses(name: str, text: str) -> frozenset[str]:
     found = set()
     for item in (a.strip() for a in text.split(",") if a.strip()):
         address = canonical(item)
         if address is None:
-            raise SettingsError(f"GATEWAY_TRUSTED_PROXIES entry {item!r} is not an IP address")
+            raise SettingsError(f"{name} entry {item!r} is not an IP address")
         found.add(address)
     return frozenset(found)
 
@@ -197,6 +218,101 @@ def _bool(name: str, text: str) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise SettingsError(f"{name} must be true or false")
+
+
+def _whole(low: int, high: int | None = None, why: str = "") -> Callable[[str, str], int]:
+    def read(name: str, text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise SettingsError(f"{name} must be a whole number") from None
+        if value < low:
+            raise SettingsError(f"{name} must be at least {low}{why}")
+        if high is not None and value > high:
+            raise SettingsError(f"{name} may not exceed {high} (a hard limit)")
+        return value
+    return read
+
+
+def _seconds(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number of seconds") from None
+    if not 0 < value < 3600:
+        raise SettingsError(f"{name} must be more than 0 and less than 3600 seconds")
+    return value
+
+
+def _log_level(name: str, text: str) -> str:
+    level = text.strip().upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise SettingsError(f"{name} must be DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One GATEWAY_* variable: the Settings fields it sets, and how its text is read."""
+
+    name: str
+    fields: tuple[str, ...]
+    """Settings fields it sets (two for host:port); none for the files read
+    before the rest (`settings_from_environment`)."""
+    read: Callable[[str, str], Any] | None
+    why: str
+    in_config_file: bool = True
+
+
+def _one(name: str, field_name: str, read: Callable[[str, str], Any], why: str) -> Variable:
+    return Variable(name, (field_name,), read, why)
+
+
+def _files(name: str, why: str, *, in_config_file: bool = True) -> Variable:
+    return Variable(name, (), None, why, in_config_file)
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("GATEWAY_LISTEN", ("listen_host", "listen_port"), _listen, "where the gateway serves"),
+    Variable("GATEWAY_METRICS_LISTEN", ("metrics_host", "metrics_port"), _listen,
+             "/metrics on a listener of its own, never the public one"),
+    _one("GATEWAY_DATABASE_URL", "database_url", _database_url, "unset: dev mode, an embedded PostgreSQL"),
+    _one("GATEWAY_DATA_DIR", "data_dir", _path, "dev mode's state"),
+    _one("GATEWAY_KUBECONFIG", "kubeconfig", _path, "the gateway's own restricted credential"),
+    _one("GATEWAY_PUBLIC_SERVER", "public_server", _https_url, "the API server URL written into kubeconfigs"),
+    _one("GATEWAY_PUBLIC_CA_FILE", "public_ca_file", _path, "the CA written into kubeconfigs"),
+    _one("GATEWAY_SESSION_SECRET", "session_secret", _secret, "signs session tokens"),
+    _one("GATEWAY_CORS_ORIGINS", "cors_origins", _origins, "exact origins allowed with credentials"),
+    _files("GATEWAY_TIERS_FILE", "tier name -> quota and limit defaults"),
+    _one("GATEWAY_TENANT_CLUSTERROLE", "tenant_clusterrole", lambda _name, text: text,
+         "the ClusterRole bound in each tenant namespace"),
+    _one("GATEWAY_TRUSTED_PROXIES", "trusted_proxies", _addresses, "peers whose X-Forwarded-* are believed"),
+    _one("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds",
+         _whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)"),
+         "kubeconfig token lifetime; 7200 s is the product's ceiling"),
+    _one("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds", _whole(60), "session lifetime"),
+    _one("GATEWAY_REGISTRATION", "registration_enabled", _bool, "self-registration on or off"),
+    _one("GATEWAY_PASSWORD_LOGIN", "password_login", _bool, "off: SSO only"),
+    _files("GATEWAY_OIDC_PROVIDERS", "a YAML list of identity providers"),
+    _one("GATEWAY_PUBLIC_URL", "gateway_url", _origin, "for OIDC redirects, device links, exec kubeconfigs"),
+    _one("GATEWAY_RATE_INIT", "rate_init", RateLimit.parse, "onboardings per user and address"),
+    _one("GATEWAY_RATE_LOGIN", "rate_login", RateLimit.parse, "logins per email and address"),
+    _one("GATEWAY_RATE_REGISTER", "rate_register", RateLimit.parse, "registrations per address"),
+    _one("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig", RateLimit.parse, "kubeconfig and token issuances per user"),
+    _one("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace", _whole(1), "open streams per workspace"),
+    _one("GATEWAY_TLS_CERT_FILE", "tls_cert_file", _path, "serve HTTPS directly"),
+    _one("GATEWAY_TLS_KEY_FILE", "tls_key_file", _path, "serve HTTPS directly"),
+    _one("GATEWAY_LOG_LEVEL", "log_level", _log_level, "the JSON log's level"),
+    _one("GATEWAY_SHUTDOWN_DRAIN_SECONDS", "shutdown_drain_seconds", _seconds, "how long requests may finish after SIGTERM"),
+    _one("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds", _seconds, "the whole stop's bound"),
+    _files("GATEWAY_CONFIG", "a YAML file of the other variables", in_config_file=False),
+)
+"""Every variable the gateway reads, declared once: the README's
+configuration table is checked against this list (tests/unit/test_settings.py)."""
+
+_FILE_KEYS = frozenset(variable.name for variable in VARIABLES if variable.in_config_file)
+# Structured (a list), so not a GATEWAY_* string: only the GATEWAY_CONFIG file holds it.
+_PROVIDERS_KEY = "oidc_providers"
 
 
 def _providers(config_text: str | None, providers_text: str | None) -> tuple[OIDCProvider, ...]:
@@ -214,105 +330,33 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     """Build and validate Settings. `tiers_text` is the content of GATEWAY_TIERS_FILE,
     `providers_text` that of GATEWAY_OIDC_PROVIDERS."""
     values = _merge(env, config_text)
-    kwargs: dict[str, Any] = {"oidc_providers": _providers(config_text, providers_text)}
-    if "GATEWAY_PUBLIC_URL" in values:
-        url = values["GATEWAY_PUBLIC_URL"].rstrip("/")
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
-            raise SettingsError("GATEWAY_PUBLIC_URL must be scheme://host[:port] with nothing after")
-        kwargs["gateway_url"] = url
-    if "GATEWAY_LISTEN" in values:
-        kwargs["listen_host"], kwargs["listen_port"] = _listen(values["GATEWAY_LISTEN"])
-    if "GATEWAY_METRICS_LISTEN" in values:
-        kwargs["metrics_host"], kwargs["metrics_port"] = _listen(values["GATEWAY_METRICS_LISTEN"], "GATEWAY_METRICS_LISTEN")
-    if "GATEWAY_DATABASE_URL" in values:
-        url = values["GATEWAY_DATABASE_URL"]
-        if urlsplit(url).scheme not in ("postgres", "postgresql"):
-            raise SettingsError("GATEWAY_DATABASE_URL must be a postgresql:// URL")
-        kwargs["database_url"] = Secret(url)
-    for key, name in (("GATEWAY_DATA_DIR", "data_dir"), ("GATEWAY_KUBECONFIG", "kubeconfig"),
-                      ("GATEWAY_PUBLIC_CA_FILE", "public_ca_file"), ("GATEWAY_TLS_CERT_FILE", "tls_cert_file"),
-                      ("GATEWAY_TLS_KEY_FILE", "tls_key_file")):
-        if key in values:
-            kwargs[name] = Path(values[key]).expanduser()
-    if ("tls_cert_file" in kwargs) != ("tls_key_file" in kwargs):
-        raise SettingsError("GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE go together")
-    if "GATEWAY_PUBLIC_SERVER" in values:
-        server = values["GATEWAY_PUBLIC_SERVER"].rstrip("/")
-        if urlsplit(server).scheme != "https":
-            raise SettingsError("GATEWAY_PUBLIC_SERVER must be an https:// URL")
-        kwargs["public_server"] = server
-    if "GATEWAY_SESSION_SECRET" in values:
-        secret = values["GATEWAY_SESSION_SECRET"]
-        if len(secret) < 32:
-            raise SettingsError("GATEWAY_SESSION_SECRET must be at least 32 characters")
-        kwargs["session_secret"] = Secret(secret)
-    elif "GATEWAY_DATABASE_URL" in values:
-        raise SettingsError("GATEWAY_SESSION_SECRET is required outside dev mode")
-    if "GATEWAY_CORS_ORIGINS" in values:
-        kwargs["cors_origins"] = _origins(values["GATEWAY_CORS_ORIGINS"])
+    fields: dict[str, Any] = {"oidc_providers": _providers(config_text, providers_text)}
+    for variable in VARIABLES:
+        if variable.read is not None and variable.name in values:
+            value = variable.read(variable.name, values[variable.name])
+            fields.update(zip(variable.fields, value) if len(variable.fields) > 1 else {variable.fields[0]: value})
     if tiers_text is not None:
         try:
-            kwargs["tiers"] = parse_tiers(tiers_text)
+            fields["tiers"] = parse_tiers(tiers_text)
         except ValueError as error:
             raise SettingsError(f"GATEWAY_TIERS_FILE: {error}") from None
-    if "GATEWAY_TENANT_CLUSTERROLE" in values:
-        kwargs["tenant_clusterrole"] = values["GATEWAY_TENANT_CLUSTERROLE"]
-    if "GATEWAY_TRUSTED_PROXIES" in values:
-        kwargs["trusted_proxies"] = _addresses(values["GATEWAY_TRUSTED_PROXIES"])
-    for key, name in (("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds"),
-                      ("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds"),
-                      ("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace")):
-        if key in values:
-            try:
-                kwargs[name] = int(values[key])
-            except ValueError:
-                raise SettingsError(f"{key} must be a whole number") from None
-    if kwargs.get("max_streams_per_workspace", 1) < 1:
-        raise SettingsError("GATEWAY_MAX_STREAMS_PER_WORKSPACE must be at least 1")
-    ttl = kwargs.get("token_ttl_seconds", MAX_TOKEN_TTL_SECONDS)
-    if ttl > MAX_TOKEN_TTL_SECONDS:
-        raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS may not exceed {MAX_TOKEN_TTL_SECONDS} (a hard limit)")
-    if ttl < MIN_TOKEN_TTL_SECONDS:
-        raise SettingsError(f"GATEWAY_TOKEN_TTL_SECONDS must be at least {MIN_TOKEN_TTL_SECONDS} (the API server's minimum)")
-    if kwargs.get("session_ttl_seconds", 60) < 60:
-        raise SettingsError("GATEWAY_SESSION_TTL_SECONDS must be at least 60")
-    if "GATEWAY_REGISTRATION" in values:
-        kwargs["registration_enabled"] = _bool("GATEWAY_REGISTRATION", values["GATEWAY_REGISTRATION"])
-    if "GATEWAY_PASSWORD_LOGIN" in values:
-        kwargs["password_login"] = _bool("GATEWAY_PASSWORD_LOGIN", values["GATEWAY_PASSWORD_LOGIN"])
-    for key, name in (("GATEWAY_RATE_INIT", "rate_init"), ("GATEWAY_RATE_LOGIN", "rate_login"),
-                      ("GATEWAY_RATE_REGISTER", "rate_register"), ("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig")):
-        if key in values:
-            kwargs[name] = RateLimit.parse(key, values[key])
-    kwargs.update(_shutdown(values))
-    settings = Settings(**kwargs)
-    if settings.metrics_port == settings.listen_port != 0:
-        raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
+    settings = Settings(**fields)
+    _check_together(settings)
     return settings
 
 
-def _seconds(key: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise SettingsError(f"{key} must be a number of seconds") from None
-    if not 0 < value < 3600:
-        raise SettingsError(f"{key} must be more than 0 and less than 3600 seconds")
-    return value
-
-
-def _shutdown(values: Mapping[str, str]) -> dict[str, float]:
-    """The drain must leave time to close the database and write queued audit rows."""
-    found = {name: _seconds(key, values[key]) for key, name in (
-        ("GATEWAY_SHUTDOWN_DRAIN_SECONDS", "shutdown_drain_seconds"),
-        ("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds")) if key in values}
-    drain = found.get("shutdown_drain_seconds", Settings.shutdown_drain_seconds)
-    total = found.get("shutdown_timeout_seconds", Settings.shutdown_timeout_seconds)
-    if drain + 1 > total:
+def _check_together(settings: Settings) -> None:
+    """The rules that span variables."""
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise SettingsError("GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE go together")
+    if settings.database_url is not None and settings.session_secret is None:
+        raise SettingsError("GATEWAY_SESSION_SECRET is required outside dev mode")
+    if settings.shutdown_drain_seconds + 1 > settings.shutdown_timeout_seconds:
+        # The rest of the stop closes the database and writes queued audit rows.
         raise SettingsError("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS must exceed GATEWAY_SHUTDOWN_DRAIN_SECONDS "
                             "by at least 1 s (the rest of the stop needs it)")
-    return found
+    if settings.metrics_port == settings.listen_port != 0:
+        raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
 
 
 def settings_from_environment(env: Mapping[str, str] | None = None) -> Settings:

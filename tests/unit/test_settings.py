@@ -3,10 +3,13 @@ precedence, tiers files, and the Deployment's shutdown bounds. Pure."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from provisioning.tiers import SHARED_BOUNDS, parse_tiers
-from proxy.settings import SettingsError, load_settings
+from proxy.settings import VARIABLES, Settings, SettingsError, load_settings
 
 DB = {"GATEWAY_DATABASE_URL": "postgresql://u:p@db/gw", "GATEWAY_SESSION_SECRET": "x" * 32}
 
@@ -100,8 +103,6 @@ def test_tiers_file_forms_and_errors() -> None:
 def test_deployment_stops_within_its_grace_period() -> None:
     """The gateway's own bound plus the preStop delay fit in terminationGracePeriodSeconds,
     so a rolling restart never ends in the kubelet's SIGKILL."""
-    from pathlib import Path
-
     import yaml
 
     deployment = yaml.safe_load((Path(__file__).parents[2] / "deploy/kubernetes/deployment.yaml").read_text())
@@ -112,3 +113,35 @@ def test_deployment_stops_within_its_grace_period() -> None:
     pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert pre_stop > 0 and settings.shutdown_drain_seconds < settings.shutdown_timeout_seconds
     assert pre_stop + settings.shutdown_timeout_seconds < pod["terminationGracePeriodSeconds"]
+
+
+def _readme_variables() -> list[str]:
+    """The variables named in the first cell of each row of the README's
+    configuration table. `A` / `_B` abbreviates A's name with its last part replaced."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n\n| variable |", 1)[1].split("\n\n", 1)[0]
+    names = []
+    for row in table.splitlines()[2:]:
+        first = None
+        for cell in re.findall(r"`([A-Z_]+)`", row.split("|")[1]):
+            if not cell.startswith("GATEWAY_"):
+                assert first is not None, row
+                cell = first.rsplit("_", 1)[0] + cell
+            first = first or cell
+            names.append(cell)
+    return names
+
+
+def test_every_variable_is_declared_once_and_in_the_readme_table() -> None:
+    declared = [variable.name for variable in VARIABLES]
+    assert len(declared) == len(set(declared))
+    assert sorted(_readme_variables()) == sorted(declared)
+    assert all(variable.why for variable in VARIABLES)
+    fields = [name for variable in VARIABLES for name in variable.fields]
+    assert len(fields) == len(set(fields)) and set(fields) <= set(Settings.__dataclass_fields__)
+
+
+def test_the_log_level_is_a_setting() -> None:
+    assert load_settings({"GATEWAY_LOG_LEVEL": "warning"}).log_level == "WARNING"
+    with pytest.raises(SettingsError):
+        load_settings({"GATEWAY_LOG_LEVEL": "loud"})
