@@ -41,7 +41,7 @@ lint: $(STAMP)
 test: $(STAMP) cluster-binaries keycloak-dist lint $(CHROMIUM)
 	$(BIN)/pytest -p no:cacheprovider
 
-bench: $(STAMP) cluster-binaries
+bench: $(STAMP) cluster-binaries keycloak-dist
 	$(BIN)/python -m bench
 
 clean:
