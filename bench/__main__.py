@@ -26,7 +26,8 @@ import aiohttp
 from bench.fairness import fair_share, fairness_verdicts
 from bench.pods import pod_streams, pod_verdicts
 from bench.rolling import rolling_restart, rolling_verdicts
-from bench.sso import TOKENS, preflight, print_sso, sso, sso_verdicts
+from bench.sso import preflight, print_sso, sso, sso_verdicts
+from bench.sso import settings as sso_settings
 from bench.stack import Stack, Tenant, run_load, temp_root
 from proxy.heap import TRIM_INTERVAL_SECONDS
 
@@ -524,8 +525,7 @@ async def main() -> None:
                                ("soak", soak(stack, targets)),
                                # Last: nothing else is measured while Keycloak's JVM starts (minutes
                                # of CPU here) or runs; the SSO gateway is a process of its own.
-                               ("sso", sso(stack, order=interleaved(list(TOKENS), 2 * ROUNDS),
-                                           requests=100 if QUICK else 500, invocations=20 if QUICK else 50))):
+                               ("sso", sso(stack, **sso_settings(QUICK)))):
             print(f"running {name} ...", flush=True)
             results[name] = await workload
     finally:

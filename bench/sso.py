@@ -3,9 +3,9 @@ SSO tests use), on a gateway of its own with that Keycloak as a provider:
 
 * a warm proxied GET (the main workload's small GET through
   `/k8s/<workspace>/...`, 1 client) with `Authorization: Bearer` holding a
-  gateway session token or the Keycloak ID token of the same user, in
-  interleaved rounds on one gateway process: p50, p99, the gateway's CPU
-  per GET (the scheduler's nanosecond counts) and its database checkouts;
+  gateway session token or the Keycloak ID token of the same user, on one
+  gateway process, the two alternating in short blocks (bench/paired_load.py):
+  p50, p99 and the gateway's CPU per GET; its database checkouts meanwhile;
 * calls to the provider meanwhile: the gateway reaches Keycloak only through
   a TCP hop run here, which counts connections, bytes and HTTP request lines
   sent to Keycloak. Keycloak names its issuer after the address it is asked
@@ -28,7 +28,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import random
 import re
 import statistics
 import subprocess
@@ -41,13 +40,12 @@ from urllib.parse import urlsplit
 import aiohttp
 import yaml
 
-from bench.stack import Stack, run_load, temp_root
+from bench.paired_load import WARM_UP
+from bench.stack import Stack, temp_root
 from devstack.keycloak import LocalKeycloak, ensure_distribution, java_home, start_keycloak
 from proxy.client import store
 
 REALM, USER = "org-a", "bob"
-TOKENS = ("session", "id_token")
-"""What the Authorization header carries, the two sides of each round."""
 CLI = Path(sys.executable).with_name("tenant-gateway")
 SOURCE = Path(__file__).resolve().parents[1]
 RATIO_TOLERANCE = 1.05
@@ -110,25 +108,18 @@ class CountingHop:
             await self._server.wait_closed()
 
 
+def settings(quick: bool) -> dict[str, int]:
+    """The sizes of a full run and of a smoke run (BENCH_QUICK=1)."""
+    if quick:
+        return {"blocks": 10, "block_requests": 40, "invocations": 20}
+    return {"blocks": 50, "block_requests": 100, "invocations": 50}
+
+
 def preflight() -> None:
     """Keycloak's distribution and a Java for it, found (or fetched) before a
     long run starts rather than after it."""
     ensure_distribution()
     java_home()
-
-
-def cpu_seconds(pid: int) -> float:
-    """On-CPU time of all the process's threads, from the scheduler's
-    nanosecond counts (/proc/<pid>/task/*/schedstat): psutil's user and
-    system times come in 10 ms ticks, too coarse for two paths that differ
-    by microseconds per request."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that ended meanwhile
-    return total / 1e9
 
 
 def _difference(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
@@ -209,36 +200,16 @@ async def _checkouts(session: aiohttp.ClientSession, metrics_url: str) -> float:
                if line.startswith("tenant_gateway_database_checkouts_total"))
 
 
-async def _gets(stack: Stack, session: aiohttp.ClientSession, process: subprocess.Popen[bytes], url: str,
-                tokens: dict[str, str], order: list[str], requests: int) -> tuple[dict[str, Any], int]:
-    """Interleaved rounds at 1 client; medians of rounds, and how many GETs the gateway answered."""
-    per: dict[str, list[dict[str, Any]]] = {which: [] for which in tokens}
-    cpu: dict[str, list[float]] = {which: [] for which in tokens}
-    checkouts: dict[str, float] = {which: 0.0 for which in tokens}
-    answered = 0
-    for which in order:
-        before, checked_out = cpu_seconds(process.pid), await _checkouts(session, stack.metrics_urls["sso"])
-        result = await asyncio.to_thread(run_load, {"url": url, "headers": _bearer(tokens[which]),
-                                                    "ca_file": str(stack.ca_file), "concurrency": 1,
-                                                    "requests": requests})
-        cpu[which].append((cpu_seconds(process.pid) - before) / result["requests"] * 1000)
-        checkouts[which] += await _checkouts(session, stack.metrics_urls["sso"]) - checked_out
-        if result["errors"]:  # a refused token (an ID token past its exp) would be timed as a fast GET
-            raise RuntimeError(f"{result['errors']} of {result['requests']} GETs with the {which} failed")
-        per[which].append(result)
-        answered += result["requests"] + 1  # and the load generator's warm-up GET
-    return {which: {"p50_ms": statistics.median(r["p50_ms"] for r in results),
-                    "p99_ms": statistics.median(r["p99_ms"] for r in results),
-                    "rps": statistics.median(r["rps"] for r in results),
-                    "cpu_ms_per_request": statistics.median(cpu[which]), "rounds": len(results),
-                    "cpu_ms_per_request_rounds": cpu[which],
-                    "database_checkouts": checkouts[which],
-                    "requests": sum(r["requests"] + 1 for r in results)}
-            for which, results in per.items()}, answered
+def _paired_load(job: dict[str, Any]) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, "-m", "bench.paired_load"], input=json.dumps(job), capture_output=True,
+                            text=True, timeout=1200)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-2000:])
+    return dict(json.loads(result.stdout))
 
 
-async def sso(stack: Stack, *, order: list[str], requests: int, invocations: int) -> dict[str, Any]:
-    """`order` interleaves "session" and "id_token" over the rounds of the warm GET."""
+async def sso(stack: Stack, *, blocks: int, block_requests: int, invocations: int) -> dict[str, Any]:
+    """`blocks` pairs of `block_requests` GETs, one of each pair per token, then `invocations` credentials."""
     began = time.monotonic()
     keycloak = await asyncio.to_thread(start_keycloak, stack.root / "keycloak")
     keycloak_start_seconds = time.monotonic() - began
@@ -265,7 +236,7 @@ async def sso(stack: Stack, *, order: list[str], requests: int, invocations: int
             await _device_login(session, gateway, stack.ca_file, cli_env, first)
             session_token = str(store.read(store.credentials_path(cli_env))["gateways"][gateway]["session"])
 
-            # A fresh ID token (Keycloak's live 300 s) for the timed rounds;
+            # A fresh ID token (Keycloak's live 300 s) for the timed blocks;
             # its first use is verified with the keys already held.
             tokens = {"session": session_token, "id_token": await _id_token(via_hop)}
             url = f"{gateway}/k8s/{workspace}/api/v1/namespaces/{namespace}/configmaps/small-0"
@@ -276,9 +247,17 @@ async def sso(stack: Stack, *, order: list[str], requests: int, invocations: int
                         raise RuntimeError(f"GET through the SSO gateway: {answer.status} {await answer.text()}")
                     await answer.read()
             new_token = _difference(hop.counts(), before)
-            before = hop.counts()
-            gets, answered = await _gets(stack, session, process, url, tokens, order, requests)
+            before, checked_out = hop.counts(), await _checkouts(session, stack.metrics_urls["sso"])
+            gets = await asyncio.to_thread(_paired_load, {
+                "url": url, "ca_file": str(stack.ca_file), "pid": process.pid, "blocks": blocks,
+                "block_requests": block_requests,
+                "headers": {which: _bearer(token) for which, token in tokens.items()}})
             warm = _difference(hop.counts(), before)
+            checkouts = await _checkouts(session, stack.metrics_urls["sso"]) - checked_out
+            for which, measured in gets.items():
+                if measured["errors"]:  # a refused token (an ID token past its exp) would be timed as a fast GET
+                    raise RuntimeError(f"{measured['errors']} of {measured['requests']} GETs with the {which} failed")
+            answered = sum(measured["requests"] + WARM_UP for measured in gets.values())
 
         first_ms, minted = await asyncio.to_thread(_credential, cli_env, gateway, workspace)
         timings = []
@@ -300,6 +279,7 @@ async def sso(stack: Stack, *, order: list[str], requests: int, invocations: int
         "get_c1": gets,
         "provider_calls": {"cold_first_id_token": cold, "new_id_token_first_use": new_token, "warm": warm,
                            "warm_gets": answered},
+        "database_checkouts_in_warm_gets": checkouts,
         "credential": {"first_ms": first_ms, "p50_ms": statistics.median(timings),
                        "p99_ms": _quantile(timings, 0.99), "invocations": len(timings)},
         "keycloak_start_seconds": keycloak_start_seconds,
@@ -322,14 +302,14 @@ def sso_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 
 def print_sso(r: dict[str, Any]) -> None:
-    print("\nSSO warm GET c1      bearer         p50 ms   p99 ms   CPU ms/request   database checkouts")
+    print("\nSSO warm GET c1      bearer         p50 ms   p99 ms   CPU ms/request")
     for which, v in r["get_c1"].items():
-        print(f"  {'':<18} {which:<14} {v['p50_ms']:>6.2f}  {v['p99_ms']:>7.2f}  {v['cpu_ms_per_request']:>8.3f}"
-              f"         {v['database_checkouts']:.0f} in {v['requests']}")
+        print(f"  {'':<18} {which:<14} {v['p50_ms']:>6.2f}  {v['p99_ms']:>7.2f}  {v['cpu_ms_per_request']:>8.3f}")
     calls = r["provider_calls"]
     print(f"  calls to Keycloak: first ID token {calls['cold_first_id_token']['requests']}, "
           f"a new ID token's first use {calls['new_id_token_first_use']['requests']}, "
-          f"warm {calls['warm']['requests']} ({calls['warm']['bytes']} bytes) in {calls['warm_gets']} GETs")
+          f"warm {calls['warm']['requests']} ({calls['warm']['bytes']} bytes) in {calls['warm_gets']} GETs "
+          f"(database checkouts: {r['database_checkouts_in_warm_gets']:.0f})")
     c = r["credential"]
     print(f"  tenant-gateway credential: cached p50 {c['p50_ms']:.0f} ms, p99 {c['p99_ms']:.0f} ms "
           f"({c['invocations']} runs); the first, which mints, {c['first_ms']:.0f} ms")
@@ -337,13 +317,11 @@ def print_sso(r: dict[str, Any]) -> None:
 
 async def _alone() -> None:
     quick = os.environ.get("BENCH_QUICK") == "1"
-    rounds = 2 if quick else 5
     preflight()
     stack = Stack(temp_root())
     try:
         stack.start()
-        result = await sso(stack, order=[t for _ in range(2 * rounds) for t in random.sample(TOKENS, len(TOKENS))],
-                           requests=100 if quick else 500, invocations=20 if quick else 50)
+        result = await sso(stack, **settings(quick))
     finally:
         stack.stop()
     print(json.dumps(result, indent=2))
