@@ -2,12 +2,15 @@
 two kinds of bearer token): one client, the two alternating in short blocks
 (ABBA, so neither always goes first), the relay's CPU read around each
 block. Background load on a shared machine then falls on both alike, which
-rounds of seconds each cannot promise. A separate process, like
-bench/load.py; reads one JSON job on stdin, prints one JSON result.
+rounds of seconds each cannot promise, and the two blocks of each pair can
+be compared with each other (the per-block figures are in the result). A
+separate process, like bench/load.py; reads one JSON job on stdin, prints
+one JSON result.
 
 job: {"url", "ca_file", "headers": {name: {header: value}} (two names), "pid" (the relay's),
       "blocks", "block_requests"}
-result: {name: {"requests", "errors", "p50_ms", "p99_ms", "cpu_ms_per_request", "cpu_ms_per_request_blocks"}}
+result: {name: {"requests", "errors", "p50_ms", "p99_ms", "cpu_ms_per_request" (median of blocks),
+                 "p50_ms_blocks", "cpu_ms_per_request_blocks" (block k of each name form pair k)}}
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
     names = list(job["headers"])
     latencies: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
+    block_p50: dict[str, list[float]] = {name: [] for name in names}
     errors = dict.fromkeys(names, 0)
     # One kept-alive connection per name, opened and used before anything is timed.
     sessions = {name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1, ssl=context),
@@ -65,6 +69,7 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
             for name in names if block % 2 == 0 else names[::-1]:
                 session = sessions[name]
                 before = cpu_seconds(pid)
+                timed: list[float] = []
                 for _ in range(int(job["block_requests"])):
                     start = time.perf_counter()
                     try:
@@ -74,15 +79,18 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
                                 errors[name] += 1
                     except aiohttp.ClientError:
                         errors[name] += 1
-                    latencies[name].append(time.perf_counter() - start)
+                    timed.append(time.perf_counter() - start)
                 cpu[name].append((cpu_seconds(pid) - before) / int(job["block_requests"]) * 1000)
+                latencies[name] += timed
+                block_p50[name].append(percentile(timed, 0.5) * 1000)
     finally:
         for session in sessions.values():
             await session.close()
     return {name: {"requests": len(latencies[name]), "errors": errors[name],
                    "p50_ms": percentile(latencies[name], 0.5) * 1000,
                    "p99_ms": percentile(latencies[name], 0.99) * 1000,
-                   "cpu_ms_per_request": statistics.median(cpu[name]), "cpu_ms_per_request_blocks": cpu[name]}
+                   "cpu_ms_per_request": statistics.median(cpu[name]),
+                   "p50_ms_blocks": block_p50[name], "cpu_ms_per_request_blocks": cpu[name]}
             for name in names}
 
 
