@@ -53,7 +53,7 @@ test-component: $(STAMP)
 test-cluster: $(STAMP) cluster-binaries keycloak-dist $(CHROMIUM)
 	$(BIN)/pytest -p no:cacheprovider tests/integration tests/attacks tests/browser
 
-bench: $(STAMP) cluster-binaries
+bench: $(STAMP) cluster-binaries keycloak-dist
 	$(BIN)/python -m bench
 
 clean:

@@ -26,6 +26,8 @@ import aiohttp
 from bench.fairness import fair_share, fairness_verdicts
 from bench.pods import pod_streams, pod_verdicts
 from bench.rolling import rolling_restart, rolling_verdicts
+from bench.sso import preflight, print_sso, sso, sso_verdicts
+from bench.sso import settings as sso_settings
 from bench.stack import Stack, Tenant, run_load, temp_root
 from proxy.heap import TRIM_INTERVAL_SECONDS
 
@@ -426,7 +428,7 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
          w["rss_after_close_mib"][1] <= 1.05 * w["rss_after_close_mib"][0]),
     ]
     return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
-            + rolling_verdicts(r["rolling_restart"]))
+            + rolling_verdicts(r["rolling_restart"]) + sso_verdicts(r["sso"]))
 
 
 def print_table(r: dict[str, Any]) -> None:
@@ -444,6 +446,7 @@ def print_table(r: dict[str, Any]) -> None:
     for target, v in pods["exec_round_trip"].items():
         print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
               f"{pods['port_forward_mib_per_s'][target]:>12.1f}")
+    print_sso(r["sso"])
     print("\ntarget                               measured     ok")
     for name, value, ok in verdicts(r):
         print(f"  {name:<36} {value:>12}  {'yes' if ok else 'NO'}")
@@ -492,6 +495,7 @@ def print_relays(r: dict[str, Any]) -> None:
 
 
 async def main() -> None:
+    preflight()
     stack = Stack(temp_root())
     started = datetime.datetime.now(datetime.timezone.utc)
     try:
@@ -518,7 +522,10 @@ async def main() -> None:
                                                          flood_seconds=15 if QUICK else 40)),
                                ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
                                ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
-                               ("soak", soak(stack, targets))):
+                               ("soak", soak(stack, targets)),
+                               # Last: nothing else is measured while Keycloak's JVM starts (minutes
+                               # of CPU here) or runs; the SSO gateway is a process of its own.
+                               ("sso", sso(stack, **sso_settings(QUICK)))):
             print(f"running {name} ...", flush=True)
             results[name] = await workload
     finally:

@@ -141,11 +141,13 @@ class Stack:
         self.wait_ready(self.gateway_url, self.gateway, "gateway")
 
     def launch_gateway(self, name: str, *, source: Path | None = None, wrapper: tuple[str, ...] = (),
-                       port: int | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+                       port: int | None = None,
+                       extra_env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen[bytes]]:
         """A gateway process on this stack's database and cluster, sharing its
         session key (so one tenant's session works on all of them); from
-        another source tree, under a wrapper such as valgrind, or on a given
-        port (a replica restarted behind a balancer), if asked."""
+        another source tree, under a wrapper such as valgrind, on a given
+        port (a replica restarted behind a balancer), or with more settings
+        (`extra_env`, e.g. GATEWAY_OIDC_PROVIDERS), if asked."""
         assert self.cluster is not None
         cert, key = self.tls_files
         port, metrics_port = port or free_port(), free_port()
@@ -160,6 +162,7 @@ class Stack:
             # The workloads measure thousands of streams and issuances in one workspace.
             "GATEWAY_RATE_KUBECONFIG": "1000000/60", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "100000",
             "GATEWAY_LOG_LEVEL": "WARNING",
+            **(extra_env or {}),
         }
         if source is not None:
             env["PYTHONPATH"] = str(source)  # ahead of the editable install of the working tree

@@ -61,8 +61,9 @@ class Authenticator:
                  oidc: OIDCRegistry | None = None) -> None:
         self._db = db
         self._oidc = oidc
-        # ID token -> (user id, expiry): verified once, like session tokens below.
-        self._id_tokens: LRUCache[str, tuple[uuid.UUID, datetime.datetime]] = LRUCache(maxsize=100_000)
+        # ID token -> (user id, expiry, pseudo-session id): verified once, like
+        # session tokens below; the id is a hash of the token, made once too.
+        self._id_tokens: LRUCache[str, tuple[uuid.UUID, datetime.datetime, uuid.UUID]] = LRUCache(maxsize=100_000)
         self._users: TTLCache[uuid.UUID, User] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
         self._secret = secret
         self._events = events
@@ -123,11 +124,11 @@ class Authenticator:
         if known is None or known[1] <= now:
             provider, identity = await self._oidc.bearer_identity(token)
             user = await admit(self._db, provider, identity)
-            known = (user.id, identity.expires_at)
+            known = (user.id, identity.expires_at, uuid.uuid5(_ID_TOKEN_SESSIONS, token))
             self._id_tokens[token] = known
         # No session row: the ID token's own expiry bounds it (and the streams
         # it opens), suspension ends it.
-        return Principal(await self._active_user(known[0]), uuid.uuid5(_ID_TOKEN_SESSIONS, token), False, known[1])
+        return Principal(await self._active_user(known[0]), known[2], False, known[1])
 
     async def authenticate(self, request: web.Request) -> Principal:
         presented = presented_token(request)

@@ -19,26 +19,13 @@ if TYPE_CHECKING:
     import ssl
 
 from proxy.client import store
+from proxy.client.cached import cached_token, exec_credential, parse_time
 
-REFRESH_MARGIN = datetime.timedelta(minutes=10)
-"""A cached token is used until this long before it expires (kubectl may run a long command with it)."""
 _TIMEOUT = 30
 
 
 class CommandError(Exception):
     """Ends the command with one clear line and exit status 1."""
-
-
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _parse_time(text: Any) -> datetime.datetime | None:
-    try:
-        parsed = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
 
 
 def _gateway(url: str) -> str:
@@ -131,24 +118,6 @@ def cmd_login(args: argparse.Namespace) -> int:
     raise CommandError("sign-in was not approved in time; run `tenant-gateway login` again")
 
 
-def _exec_credential(token: str, expires_at: datetime.datetime) -> str:
-    return json.dumps({
-        "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
-        "status": {"token": token, "expirationTimestamp": expires_at.astimezone(datetime.timezone.utc)
-                   .strftime("%Y-%m-%dT%H:%M:%SZ")},
-    })
-
-
-def _cached(entry: dict[str, Any], workspace: str) -> tuple[str, datetime.datetime] | None:
-    cached = entry.get("tokens", {}).get(workspace)
-    if not isinstance(cached, dict) or not isinstance(cached.get("token"), str):
-        return None
-    expires_at = _parse_time(cached.get("expires_at"))
-    if expires_at is None or expires_at - _now() <= REFRESH_MARGIN:
-        return None
-    return cached["token"], expires_at
-
-
 def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:
     entry = document.get("gateways", {}).get(gateway)
     if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
@@ -159,17 +128,17 @@ def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:
 def cmd_credential(args: argparse.Namespace) -> int:
     gateway, workspace = _gateway(args.gateway), str(args.workspace)
     path = store.credentials_path()
-    found = _cached(_entry(store.read(path), gateway), workspace)  # the fast path: no lock, no network
+    found = cached_token(_entry(store.read(path), gateway), workspace)  # no lock, no network
     if found is None:
         with store.locked(path):
             document = store.read(path)
             entry = _entry(document, gateway)
-            found = _cached(entry, workspace)  # another kubectl may have minted while we waited
+            found = cached_token(entry, workspace)  # another kubectl may have minted while we waited
             if found is None:
                 found = _mint(gateway, workspace, entry)
                 entry.setdefault("tokens", {})[workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
                 store.write(path, document)
-    print(_exec_credential(*found))
+    print(exec_credential(*found))
     return 0
 
 
@@ -181,7 +150,7 @@ def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, dat
         raise CommandError(f"the session at {gateway} has ended; run `tenant-gateway login --gateway {gateway}`")
     if status != 200 or not isinstance(body, dict) or not isinstance(body.get("token"), str):
         raise CommandError(f"no token for workspace {workspace}: {_error_text(status, body)}")
-    expires_at = _parse_time(body.get("expires_at"))
+    expires_at = parse_time(body.get("expires_at"))
     if expires_at is None:
         raise CommandError("the gateway's answer had no valid expiry")
     return body["token"], expires_at

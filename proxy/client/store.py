@@ -9,19 +9,12 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from proxy.client.cached import credentials_file
+from proxy.client.cached import read as read  # shared with the cached-token path
+
 
 def credentials_path(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
-    return Path(base) / "tenant-gateway" / "credentials.json"
-
-
-def read(path: Path) -> dict[str, Any]:
-    try:
-        loaded = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
+    return Path(credentials_file(env))
 
 
 def write(path: Path, document: dict[str, Any]) -> None:
