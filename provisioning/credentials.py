@@ -13,37 +13,25 @@ from __future__ import annotations
 
 import uuid
 
+from provisioning import access
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import ClusterUnavailable, Conflict, Forbidden, NotFound, UpstreamError
+from provisioning.errors import ClusterUnavailable, Forbidden, NotFound, UpstreamError
 from provisioning.kube.client import KubeClient
 from provisioning.kube.tokens import request_token
 from provisioning.kubeconfig import render_kubeconfig
 from provisioning.models import AuditEvent, IssuedToken, User, Workspace
 
 
-async def workspace_for(db: Database, user: User, workspace_id: uuid.UUID | None) -> Workspace:
-    """The caller's workspace: the named one (owner or admin), else their only one.
-
-    Someone else's workspace is 404, not 403, so ids cannot be probed.
-    """
+async def usable_workspace(db: Database, user: User, workspace_id: uuid.UUID | None) -> Workspace:
+    """The workspace a credential is for: the named one, else the caller's
+    only one, if `user` may use it now (provisioning.access)."""
     if workspace_id is None:
         owned = await repo.workspaces_of(db, user.id)
         if not owned:
             raise NotFound("you have no workspace; create one with POST /api/v1/workspaces/init", code="no_workspace")
-        return owned[0]
-    workspace = await repo.get_workspace(db, workspace_id)
-    if workspace is None or (workspace.user_id != user.id and not user.is_admin):
-        raise NotFound("no such workspace")
-    return workspace
-
-
-def require_usable(workspace: Workspace) -> None:
-    if workspace.status == "suspended":
-        raise Forbidden("this workspace is suspended", code="workspace_suspended")
-    if workspace.status != "provisioned":
-        raise Conflict("this workspace is still being provisioned; repeat POST /api/v1/workspaces/init",
-                       code="workspace_not_ready")
+        return access.usable(user, owned[0])
+    return access.usable(user, await repo.get_workspace(db, workspace_id))
 
 
 async def issue_token(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
@@ -51,8 +39,7 @@ async def issue_token(db: Database, kube: KubeClient, user: User, workspace_id: 
     """Mint a tenant token and commit its `IssueKubeconfig` audit row: the one
     path for a downloaded kubeconfig and for a token fetched by the kubectl
     exec plugin (`via` tells them apart in the row)."""
-    workspace = await workspace_for(db, user, workspace_id)
-    require_usable(workspace)
+    workspace = await usable_workspace(db, user, workspace_id)
     try:
         issued = await request_token(kube, workspace.namespace, workspace.service_account, ttl_seconds)
     except UpstreamError as error:  # e.g. the ServiceAccount is being replaced: the contract's 503

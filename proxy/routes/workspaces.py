@@ -6,9 +6,9 @@ import uuid
 
 from aiohttp import web
 
-from provisioning import credentials, onboarding, suspension
+from provisioning import access, credentials, onboarding, suspension
 from provisioning.db import repositories as repo
-from provisioning.errors import BadRequest, Forbidden, NotFound
+from provisioning.errors import BadRequest, Forbidden
 from provisioning.kubeconfig import render_exec_kubeconfig
 from provisioning.models import Workspace
 from proxy import keys, ratelimit
@@ -82,8 +82,7 @@ async def kubeconfig(request: web.Request) -> web.Response:
     if form == "exec":
         # No token in it, so nothing to mint or audit: each token the plugin
         # fetches later is issued (and audited) by the token route.
-        workspace = await credentials.workspace_for(db, who.user, _workspace_query(request))
-        credentials.require_usable(workspace)
+        workspace = await credentials.usable_workspace(db, who.user, _workspace_query(request))
         text = render_exec_kubeconfig(server=public_server, ca_base64=app[keys.PUBLIC_CA_BASE64],
                                       namespace=workspace.namespace,
                                       gateway=settings.gateway_url or public_origin(request),
@@ -122,9 +121,7 @@ async def token(request: web.Request) -> web.Response:
 async def get_workspace(request: web.Request) -> web.Response:
     who = await principal(request)
     workspace = await repo.get_workspace(request.app[keys.DATABASE], uuid_from(request.match_info["id"], "workspace"))
-    if workspace is None or (workspace.user_id != who.user.id and not who.user.is_admin):
-        raise NotFound("no such workspace")
-    return web.json_response(_with_quota(request, workspace))
+    return web.json_response(_with_quota(request, access.visible(who.user, workspace)))
 
 
 @routes.post(f"/api/v1/workspaces/{ID_SEGMENT}/suspend")
