@@ -42,7 +42,7 @@ import aiohttp
 import yaml
 
 from bench.paired_load import WARM_UP
-from bench.stack import Stack, temp_root
+from bench.stack import Stack, run_load, temp_root
 from devstack.keycloak import LocalKeycloak, ensure_distribution, java_home, start_keycloak
 from proxy.client import store
 
@@ -209,11 +209,7 @@ async def _checkouts(session: aiohttp.ClientSession, metrics_url: str) -> float:
 
 
 def _paired_load(job: dict[str, Any]) -> dict[str, Any]:
-    result = subprocess.run([sys.executable, "-m", "bench.paired_load"], input=json.dumps(job), capture_output=True,
-                            text=True, timeout=1200)
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-2000:])
-    return dict(json.loads(result.stdout))
+    return run_load(job, module="bench.paired_load", timeout=1200)
 
 
 async def sso(stack: Stack, *, blocks: int, block_requests: int, invocations: int) -> dict[str, Any]:

@@ -333,10 +333,10 @@ class Stack:
                    if line.startswith(name) and not line.startswith("#"))
 
 
-def run_load(job: dict[str, Any]) -> dict[str, Any]:
-    """One measured burst from a separate process."""
-    result = subprocess.run([sys.executable, "-m", "bench.load"], input=json.dumps(job), capture_output=True,
-                            text=True, timeout=600)
+def run_load(job: dict[str, Any], *, module: str = "bench.load", timeout: float = 600) -> dict[str, Any]:
+    """One measured burst from a separate process (`module` reads the job on stdin, prints its result)."""
+    result = subprocess.run([sys.executable, "-m", module], input=json.dumps(job), capture_output=True,
+                            text=True, timeout=timeout)
     if result.returncode != 0:
         raise RuntimeError(result.stderr[-2000:])
     return dict(json.loads(result.stdout))
