@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import ssl
 import subprocess
 import time
 from pathlib import Path
