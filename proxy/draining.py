@@ -40,7 +40,9 @@ class Drain:
         self._tasks: set[asyncio.Task[object]] = set()
         self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()
-        self._idle.set()
+        """Set when nothing is in flight, once `wait_idle` watches: a request
+        then does not touch it (sets and clears on every request cost)."""
+        self._watched = False
         self.started_at: float | None = None
         self.on_begin: list[Callable[[], None]] = []
 
@@ -66,6 +68,11 @@ class Drain:
         all finished. Those still running are then cancelled, and each answers
         503 `shutting_down` if it had not begun its answer yet: a clear error
         rather than a connection cut when the server closes."""
+        self._watched = True
+        if self._in_flight == 0:
+            self._idle.set()
+        else:
+            self._idle.clear()
         try:
             await asyncio.wait_for(self._idle.wait(), self.drain_seconds)
             return True
@@ -82,38 +89,57 @@ class Drain:
     def in_flight(self) -> int:
         return self._in_flight
 
-    def _enter(self, task: "asyncio.Task[object]") -> None:
+    def refusal(self, request: web.BaseRequest) -> web.Response | None:
+        """The 503 for a request that arrives during the drain, or None."""
+        if self.started_at is None or request.path in _ALWAYS:
+            return None
+        return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
+                              headers={"Connection": "close"}, retry_after=1)
+
+    def enter(self, task: "asyncio.Task[object]") -> None:
         self._in_flight += 1
         self._tasks.add(task)
-        self._idle.clear()
 
-    def _leave(self, task: "asyncio.Task[object]") -> None:
+    def leave(self, task: "asyncio.Task[object]") -> None:
         self._in_flight -= 1
         self._tasks.discard(task)
-        self._overdue.discard(task)
-        if self._in_flight == 0:
+        if self._overdue:
+            self._overdue.discard(task)
+        if self._in_flight == 0 and self._watched:
             self._idle.set()
 
+    def cancelled(self, request: web.BaseRequest, task: "asyncio.Task[object]") -> web.Response | None:
+        """On a request's CancelledError: the 503 it still owes if it was
+        cancelled at the end of the drain before its answer began (the
+        cancellation is then consumed), or None: not ours to answer, or the
+        answer has begun, so only a cut is left."""
+        if task not in self._overdue or request.writer.output_size:
+            return None
+        task.uncancel()
+        return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
+                              "request finished; it may or may not have taken effect",
+                              headers={"Connection": "close"})
+
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        """The drain on its own, as a middleware (the gateway's app folds it
+        into its front middleware, proxy.app: one coroutine less per request)."""
         @web.middleware
         async def drain(request: web.Request,
                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-            if self.draining and request.path not in _ALWAYS:
-                return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
-                                      headers={"Connection": "close"}, retry_after=1)
+            refused = self.refusal(request)
+            if refused is not None:
+                return refused
             task = asyncio.current_task()
             assert task is not None
-            self._enter(task)
+            self.enter(task)
             try:
                 return await handler(request)
             except asyncio.CancelledError:
-                if task not in self._overdue or request.writer.output_size:
-                    raise  # not ours to answer, or the answer has begun: only a cut is left
-                task.uncancel()
-                return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
-                                      "request finished; it may or may not have taken effect",
-                                      headers={"Connection": "close"})
+                answer = self.cancelled(request, task)
+                if answer is None:
+                    raise
+                return answer
             finally:
-                self._leave(task)
+                self.leave(task)
 
         return drain
