@@ -9,7 +9,7 @@ A token is renewed once less than `refresh_margin_seconds` of its life is
 left (the specification's 10 minutes), or once half its life is gone if it
 was issued with less than twice the margin: otherwise a short-lived token
 would be fetched anew on every request. Entries expire by themselves at that
-point (a `TLRUCache` on the injected clock), and the cache is bounded.
+point (an `ExpiringMap` on the injected clock), and the cache is bounded.
 
 Fills are single-flight: however many requests miss at once, one
 TokenRequest is made per key and all of them await it; a failed fetch
@@ -31,9 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from cachetools import TLRUCache
-
 from provisioning.models import IssuedToken
+from proxy.expiring import ExpiringMap
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,6 @@ class _Entry:
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _refresh_at(key: TokenKey, entry: _Entry, now: float) -> float:
-    return entry.refresh_at
 
 
 def _ignore_hit() -> None:
@@ -81,7 +76,7 @@ class TenantTokenCache:
         self._margin = refresh_margin_seconds
         self._clock = clock
         self._wall_clock = wall_clock
-        self._entries: TLRUCache[TokenKey, _Entry, float] = TLRUCache(maxsize, _refresh_at, clock)
+        self._entries: ExpiringMap[TokenKey, _Entry] = ExpiringMap(maxsize, clock)
         self._inflight: dict[TokenKey, asyncio.Task[str]] = {}
         self._tasks: set[asyncio.Task[str]] = set()
         self._on_hit = on_hit
@@ -121,7 +116,7 @@ class TenantTokenCache:
         # Evicted while fetching (suspension, clear): hand the token to
         # those already waiting, but keep nothing issued before the eviction.
         if self._inflight.get(key) is asyncio.current_task() and entry.refresh_at > now:
-            self._entries[key] = entry
+            self._entries.put(key, entry, entry.refresh_at)
         return issued.token
 
     def invalidate(self, key: TokenKey, token: str | None = None) -> None:
@@ -134,7 +129,7 @@ class TenantTokenCache:
         """
         entry = self._entries.get(key)
         if entry is not None and (token is None or entry.token == token):
-            del self._entries[key]
+            self._entries.pop(key)
 
     def evict_namespace(self, namespace: str) -> None:
         """Drop every token of a namespace, cached or being fetched (used on

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
-from cachetools import LRUCache, TTLCache
+from cachetools import LRUCache
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
@@ -29,6 +29,7 @@ from provisioning.models import User
 from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.auth.oidc_registry import OIDCRegistry, admit
+from proxy.expiring import ExpiringMap
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _ID_TOKEN_SESSIONS = uuid.UUID("5b0e1f1c-4a52-4d63-9c55-0e6a2f7b7e01")
@@ -63,13 +64,13 @@ class Authenticator:
         self._oidc = oidc
         # ID token -> (user id, expiry): verified once, like session tokens below.
         self._id_tokens: LRUCache[str, tuple[uuid.UUID, datetime.datetime]] = LRUCache(maxsize=100_000)
-        self._users: TTLCache[uuid.UUID, User] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
+        self._users: ExpiringMap[uuid.UUID, User] = ExpiringMap(100_000, clock, cache_seconds)
         self._secret = secret
         self._events = events
-        self._sessions: TTLCache[uuid.UUID, User] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
+        self._sessions: ExpiringMap[uuid.UUID, User] = ExpiringMap(100_000, clock, cache_seconds)
         # Signature checks are a sixth of a proxied request's CPU; a token
-        # verified once is remembered until its own expiry.
-        self._verified: LRUCache[str, sessions.SessionClaims] = LRUCache(maxsize=100_000)
+        # verified once is remembered until its own expiry (on the wall clock).
+        self._verified: ExpiringMap[str, sessions.SessionClaims] = ExpiringMap(100_000, time.time)
         events.subscribe(self._on_event, on_reset=self._forget_all)
 
     def _forget_all(self) -> None:
@@ -85,7 +86,7 @@ class Authenticator:
             for session_id in [s for s, u in self._sessions.items() if u.id == user_id]:
                 self._sessions.pop(session_id, None)
 
-    async def _cached_user(self, cache: TTLCache[uuid.UUID, User], key: uuid.UUID,
+    async def _cached_user(self, cache: ExpiringMap[uuid.UUID, User], key: uuid.UUID,
                            fetch: Callable[[], Awaitable[User | None]], refusal: Unauthenticated) -> User:
         """The cache is trusted only while the event listener is connected, and
         filled only if no event arrived during the read: a logout or suspension
@@ -138,10 +139,14 @@ class Authenticator:
                 and (token in self._id_tokens or self._oidc.issues(token))):
             return await self._id_token_principal(token)
         claims = self._verified.get(token)
-        if claims is None or claims.expires_at <= datetime.datetime.now(datetime.timezone.utc):
+        if claims is None:
             claims = sessions.verify(self._secret, token)
-            self._verified[token] = claims
-        user = await self._live_user(claims.session_id)
+            self._verified.put(token, claims, claims.expires_at.timestamp())
+        # The session's user, cached: what `_live_user` reads first, without
+        # its coroutine (the warm path of every request).
+        user = self._sessions.get(claims.session_id) if self._events.connected else None
+        if user is None:
+            user = await self._live_user(claims.session_id)
         if via_cookie and request.method in _UNSAFE_METHODS and not sessions.csrf_valid(
                 self._secret, claims.session_id, request.headers.get(sessions.CSRF_HEADER),
                 request.cookies.get(sessions.CSRF_COOKIE)):

@@ -19,12 +19,11 @@ import time
 import uuid
 from typing import Any, Callable
 
-from cachetools import TTLCache
-
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.models import Workspace
+from proxy.expiring import ExpiringMap
 
 
 class WorkspaceDirectory:
@@ -35,7 +34,7 @@ class WorkspaceDirectory:
         self._events = events
         self._on_change = on_change
         self._on_reset = on_reset
-        self._cache: TTLCache[uuid.UUID, Workspace] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
+        self._cache: ExpiringMap[uuid.UUID, Workspace] = ExpiringMap(100_000, clock, cache_seconds)
         events.subscribe(self._on_event, on_reset=self._reset)
 
     def _reset(self) -> None:
