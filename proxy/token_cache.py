@@ -29,14 +29,16 @@ import asyncio
 import datetime
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 
 from provisioning.models import IssuedToken
 from proxy.expiring import ExpiringMap
 
 
-@dataclass(frozen=True)
-class TokenKey:
+class TokenKey(NamedTuple):
+    """A tuple, so hashing and comparing it (every proxied request does,
+    in the cache) runs in C."""
+
     cluster: str
     namespace: str
     service_account: str
@@ -82,12 +84,21 @@ class TenantTokenCache:
         self._on_hit = on_hit
         self._on_fetch = on_fetch
 
+    def cached(self, key: TokenKey) -> str | None:
+        """A cached token for `key` with more than the margin of life left
+        (a hit, counted), or None: then `get` fetches one. What a warm
+        request needs, without a coroutine."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._on_hit()
+        return entry.token
+
     async def get(self, key: TokenKey) -> str:
         """A token for `key` with more than the margin of life left."""
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._on_hit()
-            return entry.token
+        token = self.cached(key)
+        if token is not None:
+            return token
         fill = self._inflight.get(key)
         if fill is None or fill.done():
             fill = asyncio.get_running_loop().create_task(self._fill(key))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Awaitable
 
 from aiohttp import web
 
@@ -49,8 +49,9 @@ async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str
         query = decision.upstream_query
         target = f"{decision.upstream_path}?{query}" if query else decision.upstream_path
     outgoing = upstream_request_headers(request.headers, token)
-    outgoing.update(headers or {})
-    has_body = request.body_exists and request.method not in ("GET", "HEAD")
+    if headers:
+        outgoing.update(headers)
+    has_body = request.method not in ("GET", "HEAD") and request.body_exists
     try:
         return await ticket.passthrough.upstream.pool.request(
             request.method, target, outgoing,
@@ -66,15 +67,21 @@ async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str
         raise UpstreamError() from error
 
 
-async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+def relay_http(request: web.Request, ticket: Ticket) -> Awaitable[web.StreamResponse]:
+    """A short request's relay itself, a long-running one's inside its
+    stream's slot (not a coroutine: a short request goes without one)."""
     if not ticket.decision.long_running:
-        return await _relay_http(request, ticket, None)
+        return _relay_http(request, ticket, None)
+    return _relay_tracked(request, ticket)
+
+
+async def _relay_tracked(request: web.Request, ticket: Ticket) -> web.StreamResponse:
     with ticket.passthrough.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
         return await _relay_http(request, ticket, stream)
 
 
 async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | None) -> web.StreamResponse:
-    token = await ticket.token()
+    token = ticket.cached_token() or await ticket.token()
     upstream = await _send(ticket, request, token)
     if upstream.status == 401 and not request.body_exists:
         upstream.release()

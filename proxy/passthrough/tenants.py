@@ -48,6 +48,11 @@ class WorkspaceDirectory:
         self._cache.pop(workspace_id, None)
         self._on_change(workspace_id, str(message.get("namespace", "")))
 
+    def cached(self, workspace_id: uuid.UUID) -> Workspace | None:
+        """The cached workspace while the cache is trusted, else None (then
+        `get` reads it): the warm path, without a coroutine."""
+        return self._cache.get(workspace_id) if self._events.connected else None
+
     async def get(self, workspace_id: uuid.UUID) -> Workspace | None:
         if self._events.connected:
             cached = self._cache.get(workspace_id)
