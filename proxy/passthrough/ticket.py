@@ -73,7 +73,7 @@ class Ticket:
     def audit_write(self, status: int) -> None:
         """Writes are recorded with the human identity; reads only counted."""
         if not self.decision.is_write:
-            self.passthrough.metrics.proxy_reads.inc()
+            self.passthrough.metrics.proxy_read()
             return
         self.passthrough.audit.enqueue(self.event("ProxyWrite", status=status))
 

@@ -113,7 +113,7 @@ def setup_passthrough(app: web.Application) -> None:
 
         tokens = TenantTokenCache(
             fetch, refresh_margin_seconds=settings.proxy_token_refresh_margin_seconds,
-            on_hit=metrics.token_cache_hits.inc,
+            on_hit=metrics.token_cache_hit,
             on_fetch=lambda result: metrics.token_requests.labels(result=result).inc(),
         )
         streams = StreamRegistry(metrics, settings.max_streams_per_workspace)
