@@ -135,11 +135,10 @@ class Authenticator:
         if presented is None:
             raise Unauthenticated("log in, then send the session cookie or 'Authorization: Bearer <token>'")
         token, via_cookie = presented
-        if (not via_cookie and self._oidc is not None and token not in self._verified
-                and (token in self._id_tokens or self._oidc.issues(token))):
-            return await self._id_token_principal(token)
-        claims = self._verified.get(token)
+        claims = self._verified.get(token)  # a session token verified before and not expired
         if claims is None:
+            if not via_cookie and self._oidc is not None and (token in self._id_tokens or self._oidc.issues(token)):
+                return await self._id_token_principal(token)
             claims = sessions.verify(self._secret, token)
             self._verified.put(token, claims, claims.expires_at.timestamp())
         # The session's user, cached: what `_live_user` reads first, without

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Awaitable
+from typing import Any, Awaitable, NoReturn
 
 from aiohttp import web
 
@@ -40,10 +40,11 @@ class ShortResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
-                headers: dict[str, str] | None = None) -> Answer:
+def _request(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+             headers: dict[str, str] | None = None) -> Awaitable[Answer]:
     """The request upstream, as the tenant: to the path and query the tenant
-    wall judged, byte for byte, unless the gateway names its own `target`."""
+    wall judged, byte for byte, unless the gateway names its own `target`.
+    Returned to be awaited in a `try` that hands failures to `_send_failed`."""
     decision = ticket.decision
     if target is None:
         query = decision.upstream_query
@@ -52,19 +53,35 @@ async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str
     if headers:
         outgoing.update(headers)
     has_body = request.method not in ("GET", "HEAD") and request.body_exists
-    try:
-        return await ticket.passthrough.upstream.pool.request(
-            request.method, target, outgoing,
-            body=request.content.iter_chunked(_CHUNK) if has_body else None,
-            content_length=request.content_length if has_body else None,
-            timeout=None if decision.long_running else SHORT_SECONDS,
-        )
-    except ValueError:
+    return ticket.passthrough.upstream.pool.request(
+        request.method, target, outgoing,
+        body=request.content.iter_chunked(_CHUNK) if has_body else None,
+        content_length=request.content_length if has_body else None,
+        timeout=None if decision.long_running else SHORT_SECONDS,
+    )
+
+
+# What an exchange with the API server raises when it fails.
+_SEND_FAILURES = (ValueError, OSError, TimeoutError, UpstreamProtocolError)
+
+
+def _send_failed(error: Exception) -> NoReturn:
+    """Raise what a failed exchange means for the client (called in the `except`)."""
+    if isinstance(error, ValueError):
         raise BadRequest("a request header holds a line break", code="invalid_header") from None
-    except (OSError, TimeoutError) as error:
-        raise ClusterUnavailable() from error
-    except UpstreamProtocolError as error:
+    if isinstance(error, UpstreamProtocolError):
         raise UpstreamError() from error
+    raise ClusterUnavailable() from error
+
+
+async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+                headers: dict[str, str] | None = None) -> Answer:
+    """`_request`, awaited, its failures translated. (The hot path awaits
+    `_request` itself: one coroutine less.)"""
+    try:
+        return await _request(ticket, request, token, target=target, headers=headers)
+    except _SEND_FAILURES as error:
+        _send_failed(error)
 
 
 def relay_http(request: web.Request, ticket: Ticket) -> Awaitable[web.StreamResponse]:
@@ -81,8 +98,15 @@ async def _relay_tracked(request: web.Request, ticket: Ticket) -> web.StreamResp
 
 
 async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | None) -> web.StreamResponse:
+    """Relay one request and its answer. The body is relayed here too (one
+    coroutine for the whole exchange): a long-running answer (`stream`)
+    asked to end by a shutdown stops after a whole event and ends its body
+    cleanly."""
     token = ticket.cached_token() or await ticket.token()
-    upstream = await _send(ticket, request, token)
+    try:
+        upstream = await _request(ticket, request, token)
+    except _SEND_FAILURES as error:
+        _send_failed(error)
     if upstream.status == 401 and not request.body_exists:
         upstream.release()
         ticket.drop_token(token)
@@ -97,33 +121,26 @@ async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | Non
         kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
         response = kind(status=upstream.status, reason=upstream.reason,
                         headers=downstream_response_headers(upstream.headers))
-        await _stream(request, response, upstream, stream)
+        await response.prepare(request)
+        # Only a stream needs to know where its events end (ordinary answers stay lean).
+        boundary = EventBoundary(upstream.headers.get("Content-Type", "")) if stream is not None else None
+        try:
+            while chunk := await upstream.read_chunk():
+                if boundary is not None:
+                    boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
+                await response.write(chunk)
+        except asyncio.CancelledError:
+            if stream is None or boundary is None or not stream.take_end():
+                raise
+            await _end_after_event(request, response, upstream, boundary)
+            return response
+        except _BROKEN:
+            _break_off(request)
+            return response
+        await response.write_eof()
     finally:
         upstream.close()  # nothing left to do once the body was read to its end
     return response
-
-
-async def _stream(request: web.Request, response: web.StreamResponse, upstream: Answer,
-                  stream: Stream | None = None) -> None:
-    """Relay the body. A long-running answer (`stream`) asked to end by a
-    shutdown stops after a whole event and ends its body cleanly."""
-    await response.prepare(request)
-    # Only a stream needs to know where its events end (ordinary answers stay lean).
-    boundary = EventBoundary(upstream.headers.get("Content-Type", "")) if stream is not None else None
-    try:
-        while chunk := await upstream.read_chunk():
-            if boundary is not None:
-                boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
-            await response.write(chunk)
-    except asyncio.CancelledError:
-        if stream is None or boundary is None or not stream.take_end():
-            raise
-        await _end_after_event(request, response, upstream, boundary)
-        return
-    except _BROKEN:
-        _break_off(request)
-        return
-    await response.write_eof()
 
 
 async def _end_after_event(request: web.Request, response: web.StreamResponse, upstream: Answer,
