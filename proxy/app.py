@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import istr
 
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
@@ -38,11 +39,13 @@ from proxy import openapi
 from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings
 
+# istr names: multidict need not fold their case on every response.
 _SECURITY_HEADERS = (
-    ("X-Content-Type-Options", "nosniff"),
-    ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "no-referrer"),
+    (hdrs.X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (hdrs.X_FRAME_OPTIONS, "DENY"),
+    (istr("Referrer-Policy"), "no-referrer"),
 )
+_REQUEST_ID = istr("X-Request-Id")
 _API_CSP = "default-src 'none'; frame-ancestors 'none'"
 # Request ids only need to be unique, not secret: a per-process random prefix
 # and a counter cost a fraction of a uuid4 (which reads the OS RNG).
@@ -59,11 +62,19 @@ _CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
 _CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
 
 
-def _route_label(request: web.Request) -> str:
+def _route_label(request: web.Request, known: dict[object, str]) -> str:
+    """The metrics label of the request's route; `known` keeps those of the
+    app's own routes (each is four property lookups away otherwise)."""
     info = request.match_info
     route = info.route if info is not None else None
+    label = known.get(route)
+    if label is not None:
+        return label
     resource = route.resource if route is not None else None
-    return resource.canonical if resource is not None else "unmatched"
+    if resource is None:
+        return "unmatched"  # no route (a 404), or a system route, made anew per request
+    label = known[route] = resource.canonical
+    return label
 
 
 def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -86,8 +97,7 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
         drain.enter(task)
         try:
             request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
-            request[keys.REQUEST_ID] = request_id
-            request[keys.STARTED] = time.perf_counter()
+            request[keys.CONTEXT] = (request_id, time.perf_counter())
             token = logs.request_id.set(request_id)
             try:
                 if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
@@ -128,27 +138,29 @@ def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request
     headers go out; bound to the app's settings and metrics once."""
     cors_origins = settings.cors_origins
     observe = metrics.observe_request
+    route_labels: dict[object, str] = {}
 
     async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
         headers = response.headers
-        # Both set by the front middleware, or neither (a request refused while draining).
-        started = request.get(keys.STARTED)
-        if started is not None:
-            headers["X-Request-Id"] = request[keys.REQUEST_ID]
+        # Set by the front middleware (not on a request refused while draining).
+        context = request.get(keys.CONTEXT)
+        if context is not None:
+            headers[_REQUEST_ID] = context[0]
         for name, value in _SECURITY_HEADERS:
             headers.setdefault(name, value)
         # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
-        headers["Server"] = "tenant-gateway"
+        headers[hdrs.SERVER] = "tenant-gateway"
         # Every answer is data, never a page: even a pod log opened by navigation
         # runs nothing. The console's own pages bring theirs (proxy.routes.console).
-        headers.setdefault("Content-Security-Policy", _API_CSP)
-        origin = request.headers.get("Origin")
+        headers.setdefault(hdrs.CONTENT_SECURITY_POLICY, _API_CSP)
+        origin = request.headers.get(hdrs.ORIGIN)
         if origin and origin in cors_origins:
             headers["Access-Control-Allow-Origin"] = origin
             headers["Access-Control-Allow-Credentials"] = "true"
             headers["Access-Control-Expose-Headers"] = _CORS_EXPOSED
             headers.add("Vary", "Origin")
-        observe(_route_label(request), response.status, time.perf_counter() - started if started is not None else None)
+        observe(_route_label(request, route_labels), response.status,
+                time.perf_counter() - context[1] if context is not None else None)
 
     return on_response_prepare
 
