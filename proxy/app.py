@@ -84,6 +84,7 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
     cancelled at the end of the drain still answers 503), the request id for
     logs and responses, the CORS preflight answered before routing, and
     every failure rendered as the contract's error (proxy.errors)."""
+    tasks = drain.tasks
 
     @web.middleware
     async def front(request: web.Request,
@@ -94,7 +95,7 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
                 return refused
         task = asyncio.current_task()
         assert task is not None
-        drain.enter(task)
+        tasks.add(task)  # drain.enter, without a call
         try:
             request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
             request[keys.CONTEXT] = (request_id, time.perf_counter())
@@ -114,7 +115,9 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
                 raise
             return answer
         finally:
-            drain.leave(task)
+            tasks.discard(task)  # drain.leave, without a call while nothing waits for the drain
+            if drain.watched:
+                drain.settle(task)
 
     return front
 

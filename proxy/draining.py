@@ -36,13 +36,15 @@ class Drain:
         self.drain_seconds = drain_seconds
         self.timeout_seconds = timeout_seconds
         self._clock = clock
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task[object]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
+        """The requests in flight, by task: `enter` and `leave` keep it (the
+        front middleware in proxy.app adds and discards its own directly,
+        then calls `settle` once `watched`)."""
         self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()
-        """Set when nothing is in flight, once `wait_idle` watches: a request
-        then does not touch it (sets and clears on every request cost)."""
-        self._watched = False
+        """Set when nothing is in flight, once `wait_idle` watches: until
+        then a request does not touch it (sets and clears on every request cost)."""
+        self.watched = False
         self.started_at: float | None = None
         self.on_begin: list[Callable[[], None]] = []
 
@@ -68,8 +70,8 @@ class Drain:
         all finished. Those still running are then cancelled, and each answers
         503 `shutting_down` if it had not begun its answer yet: a clear error
         rather than a connection cut when the server closes."""
-        self._watched = True
-        if self._in_flight == 0:
+        self.watched = True
+        if not self.tasks:
             self._idle.set()
         else:
             self._idle.clear()
@@ -78,7 +80,7 @@ class Drain:
             return True
         except asyncio.TimeoutError:
             pass
-        for task in list(self._tasks):
+        for task in list(self.tasks):
             self._overdue.add(task)
             task.cancel("the drain time is up")
         with contextlib.suppress(asyncio.TimeoutError):
@@ -87,7 +89,7 @@ class Drain:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self.tasks)
 
     def refusal(self, request: web.BaseRequest) -> web.Response | None:
         """The 503 for a request that arrives during the drain, or None."""
@@ -97,15 +99,17 @@ class Drain:
                               headers={"Connection": "close"}, retry_after=1)
 
     def enter(self, task: "asyncio.Task[object]") -> None:
-        self._in_flight += 1
-        self._tasks.add(task)
+        self.tasks.add(task)
 
     def leave(self, task: "asyncio.Task[object]") -> None:
-        self._in_flight -= 1
-        self._tasks.discard(task)
-        if self._overdue:
-            self._overdue.discard(task)
-        if self._in_flight == 0 and self._watched:
+        self.tasks.discard(task)
+        if self.watched:
+            self.settle(task)
+
+    def settle(self, task: "asyncio.Task[object]") -> None:
+        """After `task` left, while `wait_idle` watches: idle if it was the last."""
+        self._overdue.discard(task)
+        if not self.tasks:
             self._idle.set()
 
     def cancelled(self, request: web.BaseRequest, task: "asyncio.Task[object]") -> web.Response | None:
