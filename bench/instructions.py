@@ -7,13 +7,15 @@ same code to about 0.2 %: the way to tell whether a change to the proxy
 helps. It counts user space only; what a change saves in syscalls and in
 the kernel's TLS-free share of them shows in `make bench`, not here.
 
-    python -m bench.instructions [REV ...]
+    python -m bench.instructions [--floor] [REV ...]
 
 measures the working tree and then each git revision (checked out into a
-temporary worktree), one after another against one cluster and tenant:
+temporary worktree), and with --floor the bare aiohttp relay
+(bench/floor_relay.py) as well, one after another against one cluster and tenant:
 each gateway runs under `valgrind --tool=callgrind`, is warmed up, has its
 counters zeroed, serves REQUESTS sequential GETs of one ConfigMap from a
-separate load process, and has its counters dumped. Needs valgrind
+separate load process, and has its counters dumped. The dumps are kept
+(their folders are printed) for `callgrind_annotate`. Needs valgrind
 (Debian: valgrind).
 """
 
@@ -25,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench.__main__ import create_configmaps
@@ -39,24 +42,50 @@ def callgrind_control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=120)
 
 
+def _wrapper(dumps: Path) -> tuple[str, ...]:
+    dumps.mkdir()
+    return ("valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out.%p")
+
+
+def _object(tenant: Tenant) -> str:
+    return f"/api/v1/namespaces/{tenant.namespace}/configmaps/small-0"
+
+
+def _count(stack: Stack, tenant: Tenant, url: str, pid: int, dumps: Path) -> float:
+    job = {"url": url, "headers": {"Authorization": f"Bearer {tenant.session_token}"}, "ca_file": str(stack.ca_file),
+           "concurrency": 1}
+    run_load({**job, "requests": WARM_UP})
+    callgrind_control("-z", str(pid))
+    served = run_load({**job, "requests": REQUESTS})
+    callgrind_control("-d", str(pid))
+    totals = [int(match) for dump in dumps.glob("out.*") for match in _TOTAL.findall(dump.read_text())]
+    print(f"callgrind dumps: {dumps}", file=sys.stderr)
+    # The dump after zeroing is the one with the fewest instructions in
+    # it (earlier ones also hold start-up); +1 for the load's own warm request.
+    return min(t for t in totals if t > 0) / float(served["requests"] + 1)
+
+
 def measure(stack: Stack, tenant: Tenant, name: str, source: Path | None) -> float:
     dumps = stack.root / f"callgrind-{name}"
-    dumps.mkdir()
-    url, process = stack.launch_gateway(name, source=source, wrapper=(
-        "valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out.%p"))
+    url, process = stack.launch_gateway(name, source=source, wrapper=_wrapper(dumps))
     try:
         stack.wait_ready(url, process, name, seconds=300)  # Python under valgrind starts in ~30 s
-        job = {"url": f"{url}/k8s/{tenant.workspace_id}/api/v1/namespaces/{tenant.namespace}/configmaps/small-0",
-               "headers": {"Authorization": f"Bearer {tenant.session_token}"}, "ca_file": str(stack.ca_file),
-               "concurrency": 1}
-        run_load({**job, "requests": WARM_UP})
-        callgrind_control("-z", str(process.pid))
-        served = run_load({**job, "requests": REQUESTS})
-        callgrind_control("-d", str(process.pid))
-        totals = [int(match) for dump in dumps.glob("out.*") for match in _TOTAL.findall(dump.read_text())]
-        # The dump after zeroing is the one with the fewest instructions in
-        # it (earlier ones also hold start-up); +1 for the load's own warm request.
-        return min(t for t in totals if t > 0) / float(served["requests"] + 1)
+        return _count(stack, tenant, f"{url}/k8s/{tenant.workspace_id}{_object(tenant)}", process.pid, dumps)
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def measure_floor(stack: Stack, tenant: Tenant) -> float:
+    """The bare relay, asked for the same object (it relays any path as is,
+    so without the /k8s/{id} prefix) with the same headers."""
+    dumps = stack.root / "callgrind-floor"
+    stack.start_floor_relay(tenant, wrapper=_wrapper(dumps))
+    process = stack.floor_relay
+    assert process is not None
+    try:
+        time.sleep(5)  # past the port opening: the loop's first requests
+        return _count(stack, tenant, stack.floor_url + _object(tenant), process.pid, dumps)
     finally:
         process.terminate()
         process.wait(60)
@@ -65,7 +94,8 @@ def measure(stack: Stack, tenant: Tenant, name: str, source: Path | None) -> flo
 def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (Debian: apt-get install valgrind)")
-    revisions = sys.argv[1:]
+    floor = "--floor" in sys.argv[1:]
+    revisions = [argument for argument in sys.argv[1:] if argument != "--floor"]
     stack = Stack(temp_root())
     worktrees: list[Path] = []
     try:
@@ -78,13 +108,16 @@ def main() -> None:
             return tenant
 
         tenant = asyncio.run(setup())
-        results = {"working tree": measure(stack, tenant, "working-tree", None)}
+        # The working tree named explicitly: the editable install may point at another checkout.
+        results = {"working tree": measure(stack, tenant, "working-tree", Path(__file__).resolve().parent.parent)}
         for revision in revisions:
             tree = Path(tempfile.mkdtemp(prefix="tenant-gateway-rev-"))
             subprocess.run(["git", "worktree", "add", "--detach", str(tree), revision], check=True,
                            capture_output=True)
             worktrees.append(tree)
             results[revision] = measure(stack, tenant, f"rev-{len(worktrees)}", tree)
+        if floor:
+            results["floor relay"] = measure_floor(stack, tenant)
     finally:
         stack.stop()
         for tree in worktrees:

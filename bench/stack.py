@@ -55,8 +55,8 @@ http {{
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def wait_for_port(port: int, what: str) -> None:
-    for _ in range(100):
+def wait_for_port(port: int, what: str, tries: int = 100) -> None:
+    for _ in range(tries):
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
@@ -188,17 +188,18 @@ class Stack:
         self.proxy_url = f"http://127.0.0.1:{port}"
         wait_for_port(port, "kubectl proxy")
 
-    def start_floor_relay(self, tenant: Tenant) -> None:
+    def start_floor_relay(self, tenant: Tenant, *, wrapper: tuple[str, ...] = ()) -> None:
+        """The bare aiohttp relay, under a wrapper such as valgrind if asked."""
         assert self.cluster is not None
         port = free_port()
         cert, key = self.tls_files
         env = {**os.environ, "FLOOR_PORT": str(port), "FLOOR_UPSTREAM": self.cluster.server,
                "FLOOR_UPSTREAM_CA": str(self.cluster.ca_file), "FLOOR_TOKEN": tenant.sa_token,
                "FLOOR_TLS_CERT": str(cert), "FLOOR_TLS_KEY": str(key)}
-        self.floor_relay = subprocess.Popen([sys.executable, "-m", "bench.floor_relay"], env=env,
+        self.floor_relay = subprocess.Popen([*wrapper, sys.executable, "-m", "bench.floor_relay"], env=env,
                                             stdout=subprocess.DEVNULL, stderr=open(self.root / "floor.log", "wb"))
         self.floor_url = f"https://127.0.0.1:{port}"
-        wait_for_port(port, "the floor relay")
+        wait_for_port(port, "the floor relay", tries=3000 if wrapper else 100)
 
     def start_references(self, tenant: Tenant) -> None:
         """Go's reverse proxy and nginx (TLS on both legs, the tenant's token

@@ -11,6 +11,7 @@ hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import secrets
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import istr
 
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
@@ -28,7 +30,7 @@ from proxy import keys, logs
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
-from proxy.errors import error_middleware, error_response
+from proxy.errors import error_response, failure_answer
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
@@ -37,11 +39,13 @@ from proxy import openapi
 from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings
 
-_SECURITY_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-}
+# istr names: multidict need not fold their case on every response.
+_SECURITY_HEADERS = (
+    (hdrs.X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (hdrs.X_FRAME_OPTIONS, "DENY"),
+    (istr("Referrer-Policy"), "no-referrer"),
+)
+_REQUEST_ID = istr("X-Request-Id")
 _API_CSP = "default-src 'none'; frame-ancestors 'none'"
 # Request ids only need to be unique, not secret: a per-process random prefix
 # and a counter cost a fraction of a uuid4 (which reads the OS RNG).
@@ -58,26 +62,64 @@ _CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
 _CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
 
 
-def _route_label(request: web.Request) -> str:
+def _route_label(request: web.Request, known: dict[object, str]) -> str:
+    """The metrics label of the request's route; `known` keeps those of the
+    app's own routes (each is four property lookups away otherwise)."""
     info = request.match_info
     route = info.route if info is not None else None
+    label = known.get(route)
+    if label is not None:
+        return label
     resource = route.resource if route is not None else None
-    return resource.canonical if resource is not None else "unmatched"
+    if resource is None:
+        return "unmatched"  # no route (a 404), or a system route, made anew per request
+    label = known[route] = resource.canonical
+    return label
 
 
-@web.middleware
-async def request_context(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-    """Request id for logs and responses; CORS preflight answered before routing."""
-    request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
-    request[keys.REQUEST_ID] = request_id
-    request[keys.STARTED] = time.perf_counter()
-    token = logs.request_id.set(request_id)
-    try:
-        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-            return _preflight(request)
-        return await handler(request)
-    finally:
-        logs.request_id.reset(token)
+def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """What every request goes through, outermost first, as one coroutine
+    (three middlewares cost three on every request): the drain (a new
+    request during a stop is refused; those in flight are counted, and one
+    cancelled at the end of the drain still answers 503), the request id for
+    logs and responses, the CORS preflight answered before routing, and
+    every failure rendered as the contract's error (proxy.errors)."""
+    tasks = drain.tasks
+
+    @web.middleware
+    async def front(request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        if drain.started_at is not None:
+            refused = drain.refusal(request)
+            if refused is not None:
+                return refused
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)  # drain.enter, without a call
+        try:
+            request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
+            request[keys.CONTEXT] = (request_id, time.perf_counter())
+            token = logs.request_id.set(request_id)
+            try:
+                if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+                    return _preflight(request)
+                try:
+                    return await handler(request)
+                except Exception as error:
+                    return failure_answer(request, error)
+            finally:
+                logs.request_id.reset(token)
+        except asyncio.CancelledError:
+            answer = drain.cancelled(request, task)
+            if answer is None:
+                raise
+            return answer
+        finally:
+            tasks.discard(task)  # drain.leave, without a call while nothing waits for the drain
+            if drain.watched:
+                drain.settle(task)
+
+    return front
 
 
 def _preflight(request: web.Request) -> web.StreamResponse:
@@ -94,27 +136,36 @@ def _preflight(request: web.Request) -> web.StreamResponse:
     })
 
 
-async def _on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-    """Runs for every response, streamed ones included, just before headers go out."""
-    headers = response.headers
-    if keys.REQUEST_ID in request:
-        headers["X-Request-Id"] = request[keys.REQUEST_ID]
-    for name, value in _SECURITY_HEADERS.items():
-        headers.setdefault(name, value)
-    # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
-    headers["Server"] = "tenant-gateway"
-    # Every answer is data, never a page: even a pod log opened by navigation
-    # runs nothing. The console's own pages bring theirs (proxy.routes.console).
-    headers.setdefault("Content-Security-Policy", _API_CSP)
-    origin = request.headers.get("Origin")
-    if origin and origin in request.app[keys.SETTINGS].cors_origins:
-        headers["Access-Control-Allow-Origin"] = origin
-        headers["Access-Control-Allow-Credentials"] = "true"
-        headers["Access-Control-Expose-Headers"] = _CORS_EXPOSED
-        headers.add("Vary", "Origin")
-    started = request.get(keys.STARTED)
-    request.app[keys.METRICS].observe_request(_route_label(request), response.status,
-                                             time.perf_counter() - started if started is not None else None)
+def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
+    """What runs for every response, streamed ones included, just before its
+    headers go out; bound to the app's settings and metrics once."""
+    cors_origins = settings.cors_origins
+    observe = metrics.observe_request
+    route_labels: dict[object, str] = {}
+
+    async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
+        headers = response.headers
+        # Set by the front middleware (not on a request refused while draining).
+        context = request.get(keys.CONTEXT)
+        if context is not None:
+            headers[_REQUEST_ID] = context[0]
+        for name, value in _SECURITY_HEADERS:
+            headers.setdefault(name, value)
+        # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
+        headers[hdrs.SERVER] = "tenant-gateway"
+        # Every answer is data, never a page: even a pod log opened by navigation
+        # runs nothing. The console's own pages bring theirs (proxy.routes.console).
+        headers.setdefault(hdrs.CONTENT_SECURITY_POLICY, _API_CSP)
+        origin = request.headers.get(hdrs.ORIGIN)
+        if origin and origin in cors_origins:
+            headers["Access-Control-Allow-Origin"] = origin
+            headers["Access-Control-Allow-Credentials"] = "true"
+            headers["Access-Control-Expose-Headers"] = _CORS_EXPOSED
+            headers.add("Vary", "Origin")
+        observe(_route_label(request, route_labels), response.status,
+                time.perf_counter() - context[1] if context is not None else None)
+
+    return on_response_prepare
 
 
 def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
@@ -128,12 +179,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     """`kube` replaces the gateway's client: tests use it to inject faults a
     real API server cannot be made to produce on cue."""
     drain = Drain(settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds)
-    app = web.Application(middlewares=[drain.middleware(), request_context, error_middleware],
+    app = web.Application(middlewares=[front_middleware(drain)],
                           client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
     app[keys.DRAIN] = drain
-    app[keys.METRICS] = Metrics()
-    app.on_response_prepare.append(_on_response_prepare)
+    app[keys.METRICS] = metrics = Metrics()
+    app.on_response_prepare.append(response_hook(settings, metrics))
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:
         registry = OIDCRegistry(settings.oidc_providers)

@@ -36,11 +36,15 @@ class Drain:
         self.drain_seconds = drain_seconds
         self.timeout_seconds = timeout_seconds
         self._clock = clock
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task[object]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
+        """The requests in flight, by task: `enter` and `leave` keep it (the
+        front middleware in proxy.app adds and discards its own directly,
+        then calls `settle` once `watched`)."""
         self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()
-        self._idle.set()
+        """Set when nothing is in flight, once `wait_idle` watches: until
+        then a request does not touch it (sets and clears on every request cost)."""
+        self.watched = False
         self.started_at: float | None = None
         self.on_begin: list[Callable[[], None]] = []
 
@@ -66,12 +70,17 @@ class Drain:
         all finished. Those still running are then cancelled, and each answers
         503 `shutting_down` if it had not begun its answer yet: a clear error
         rather than a connection cut when the server closes."""
+        self.watched = True
+        if not self.tasks:
+            self._idle.set()
+        else:
+            self._idle.clear()
         try:
             await asyncio.wait_for(self._idle.wait(), self.drain_seconds)
             return True
         except asyncio.TimeoutError:
             pass
-        for task in list(self._tasks):
+        for task in list(self.tasks):
             self._overdue.add(task)
             task.cancel("the drain time is up")
         with contextlib.suppress(asyncio.TimeoutError):
@@ -80,40 +89,61 @@ class Drain:
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self.tasks)
 
-    def _enter(self, task: "asyncio.Task[object]") -> None:
-        self._in_flight += 1
-        self._tasks.add(task)
-        self._idle.clear()
+    def refusal(self, request: web.BaseRequest) -> web.Response | None:
+        """The 503 for a request that arrives during the drain, or None."""
+        if self.started_at is None or request.path in _ALWAYS:
+            return None
+        return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
+                              headers={"Connection": "close"}, retry_after=1)
 
-    def _leave(self, task: "asyncio.Task[object]") -> None:
-        self._in_flight -= 1
-        self._tasks.discard(task)
+    def enter(self, task: "asyncio.Task[object]") -> None:
+        self.tasks.add(task)
+
+    def leave(self, task: "asyncio.Task[object]") -> None:
+        self.tasks.discard(task)
+        if self.watched:
+            self.settle(task)
+
+    def settle(self, task: "asyncio.Task[object]") -> None:
+        """After `task` left, while `wait_idle` watches: idle if it was the last."""
         self._overdue.discard(task)
-        if self._in_flight == 0:
+        if not self.tasks:
             self._idle.set()
 
+    def cancelled(self, request: web.BaseRequest, task: "asyncio.Task[object]") -> web.Response | None:
+        """On a request's CancelledError: the 503 it still owes if it was
+        cancelled at the end of the drain before its answer began (the
+        cancellation is then consumed), or None: not ours to answer, or the
+        answer has begun, so only a cut is left."""
+        if task not in self._overdue or request.writer.output_size:
+            return None
+        task.uncancel()
+        return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
+                              "request finished; it may or may not have taken effect",
+                              headers={"Connection": "close"})
+
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
+        """The drain on its own, as a middleware (the gateway's app folds it
+        into its front middleware, proxy.app: one coroutine less per request)."""
         @web.middleware
         async def drain(request: web.Request,
                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-            if self.draining and request.path not in _ALWAYS:
-                return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
-                                      headers={"Connection": "close"}, retry_after=1)
+            refused = self.refusal(request)
+            if refused is not None:
+                return refused
             task = asyncio.current_task()
             assert task is not None
-            self._enter(task)
+            self.enter(task)
             try:
                 return await handler(request)
             except asyncio.CancelledError:
-                if task not in self._overdue or request.writer.output_size:
-                    raise  # not ours to answer, or the answer has begun: only a cut is left
-                task.uncancel()
-                return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
-                                      "request finished; it may or may not have taken effect",
-                                      headers={"Connection": "close"})
+                answer = self.cancelled(request, task)
+                if answer is None:
+                    raise
+                return answer
             finally:
-                self._leave(task)
+                self.leave(task)
 
         return drain

@@ -29,6 +29,6 @@ PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)
 """The CA written into issued kubeconfigs: GATEWAY_PUBLIC_CA_FILE, else the credential's."""
 
 # Per-request state set by the middleware and the first authentication.
-REQUEST_ID = web.RequestKey("request_id", str)
-STARTED = web.RequestKey("started", float)
+CONTEXT: web.RequestKey[tuple[str, float]] = web.RequestKey("context")
+"""The request's id (for logs and X-Request-Id) and its start (perf_counter), as one entry."""
 PRINCIPAL = web.RequestKey("principal", Principal)

@@ -9,7 +9,7 @@ A token is renewed once less than `refresh_margin_seconds` of its life is
 left (the specification's 10 minutes), or once half its life is gone if it
 was issued with less than twice the margin: otherwise a short-lived token
 would be fetched anew on every request. Entries expire by themselves at that
-point (a `TLRUCache` on the injected clock), and the cache is bounded.
+point (an `ExpiringMap` on the injected clock), and the cache is bounded.
 
 Fills are single-flight: however many requests miss at once, one
 TokenRequest is made per key and all of them await it; a failed fetch
@@ -29,15 +29,16 @@ import asyncio
 import datetime
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
-
-from cachetools import TLRUCache
+from typing import Awaitable, Callable, NamedTuple
 
 from provisioning.models import IssuedToken
+from proxy.expiring import ExpiringMap
 
 
-@dataclass(frozen=True)
-class TokenKey:
+class TokenKey(NamedTuple):
+    """A tuple, so hashing and comparing it (every proxied request does,
+    in the cache) runs in C."""
+
     cluster: str
     namespace: str
     service_account: str
@@ -54,10 +55,6 @@ class _Entry:
 
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
-
-
-def _refresh_at(key: TokenKey, entry: _Entry, now: float) -> float:
-    return entry.refresh_at
 
 
 def _ignore_hit() -> None:
@@ -81,18 +78,27 @@ class TenantTokenCache:
         self._margin = refresh_margin_seconds
         self._clock = clock
         self._wall_clock = wall_clock
-        self._entries: TLRUCache[TokenKey, _Entry, float] = TLRUCache(maxsize, _refresh_at, clock)
+        self._entries: ExpiringMap[TokenKey, _Entry] = ExpiringMap(maxsize, clock)
         self._inflight: dict[TokenKey, asyncio.Task[str]] = {}
         self._tasks: set[asyncio.Task[str]] = set()
         self._on_hit = on_hit
         self._on_fetch = on_fetch
 
+    def cached(self, key: TokenKey) -> str | None:
+        """A cached token for `key` with more than the margin of life left
+        (a hit, counted), or None: then `get` fetches one. What a warm
+        request needs, without a coroutine."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._on_hit()
+        return entry.token
+
     async def get(self, key: TokenKey) -> str:
         """A token for `key` with more than the margin of life left."""
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._on_hit()
-            return entry.token
+        token = self.cached(key)
+        if token is not None:
+            return token
         fill = self._inflight.get(key)
         if fill is None or fill.done():
             fill = asyncio.get_running_loop().create_task(self._fill(key))
@@ -121,7 +127,7 @@ class TenantTokenCache:
         # Evicted while fetching (suspension, clear): hand the token to
         # those already waiting, but keep nothing issued before the eviction.
         if self._inflight.get(key) is asyncio.current_task() and entry.refresh_at > now:
-            self._entries[key] = entry
+            self._entries.put(key, entry, entry.refresh_at)
         return issued.token
 
     def invalidate(self, key: TokenKey, token: str | None = None) -> None:
@@ -134,7 +140,7 @@ class TenantTokenCache:
         """
         entry = self._entries.get(key)
         if entry is not None and (token is None or entry.token == token):
-            del self._entries[key]
+            self._entries.pop(key)
 
     def evict_namespace(self, namespace: str) -> None:
         """Drop every token of a namespace, cached or being fetched (used on

@@ -106,6 +106,16 @@ async def create_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID
     )
 
 
+async def ensure_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID,
+                         expires_at: datetime.datetime) -> None:
+    """A session row for a credential the gateway did not issue (a bearer ID
+    token), made by whichever replica sees it first; a revoked one stays revoked."""
+    await db.fetchrow(
+        "INSERT INTO sessions (id, user_id, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+        session_id, user_id, expires_at,
+    )
+
+
 async def active_session_user(db: Database, session_id: uuid.UUID) -> User | None:
     """The session's user if the session is live and the user active."""
     row = await db.fetchrow(

@@ -3,8 +3,9 @@
 Verifying the JWT is local; whether its session row is still live is looked
 up in the database and then cached per session id. A bearer ID token of a
 configured identity provider (automation without a browser) is verified with
-that provider's cached keys once, remembered until its own expiry, and then
-costs what a session does: a cached lookup of its user, who must be active. The cache is trusted only
+that provider's cached keys once, remembered until its own expiry, and
+recorded as a session row of its own on first use: from then on it is a
+session like the others (logout and suspension end it). The cache is trusted only
 while the cross-replica event listener is connected (logout and suspension
 publish an event that evicts the entry on every replica); otherwise every
 request asks the database, and a database outage answers 503: fail closed.
@@ -16,10 +17,10 @@ import datetime
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from aiohttp import web
-from cachetools import LRUCache, TTLCache
+from cachetools import LRUCache
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
@@ -29,10 +30,11 @@ from provisioning.models import User
 from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.auth.oidc_registry import OIDCRegistry, admit
+from proxy.expiring import ExpiringMap
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _ID_TOKEN_SESSIONS = uuid.UUID("5b0e1f1c-4a52-4d63-9c55-0e6a2f7b7e01")
-"""Namespace of the pseudo-session ids of bearer ID tokens (they have no session row)."""
+"""Namespace of the session ids of bearer ID tokens (uuid5 of the token)."""
 
 
 @dataclass(frozen=True)
@@ -61,88 +63,78 @@ class Authenticator:
                  oidc: OIDCRegistry | None = None) -> None:
         self._db = db
         self._oidc = oidc
-        # ID token -> (user id, expiry, pseudo-session id): verified once, like
-        # session tokens below; the id is a hash of the token, made once too.
-        self._id_tokens: LRUCache[str, tuple[uuid.UUID, datetime.datetime, uuid.UUID]] = LRUCache(maxsize=100_000)
-        self._users: TTLCache[uuid.UUID, User] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
+        # ID token -> (expiry, pseudo-session id): verified once, like session
+        # tokens below. The id, a hash of the token made once, names the
+        # session row its first use records, so logout ends it like a session.
+        self._id_tokens: LRUCache[str, tuple[datetime.datetime, uuid.UUID]] = LRUCache(maxsize=100_000)
         self._secret = secret
         self._events = events
-        self._sessions: TTLCache[uuid.UUID, User] = TTLCache(maxsize=100_000, ttl=cache_seconds, timer=clock)
+        self._sessions: ExpiringMap[uuid.UUID, User] = ExpiringMap(100_000, clock, cache_seconds)
         # Signature checks are a sixth of a proxied request's CPU; a token
-        # verified once is remembered until its own expiry.
-        self._verified: LRUCache[str, sessions.SessionClaims] = LRUCache(maxsize=100_000)
+        # verified once is remembered until its own expiry (on the wall clock).
+        self._verified: ExpiringMap[str, sessions.SessionClaims] = ExpiringMap(100_000, time.time)
         events.subscribe(self._on_event, on_reset=self._forget_all)
 
     def _forget_all(self) -> None:
         self._sessions.clear()
-        self._users.clear()
 
     def _on_event(self, message: dict[str, Any]) -> None:
         if message.get("kind") == "session_revoked":
             self._sessions.pop(uuid.UUID(message["id"]), None)
         elif message.get("kind") == "user_changed":
             user_id = uuid.UUID(message["id"])
-            self._users.pop(user_id, None)
             for session_id in [s for s, u in self._sessions.items() if u.id == user_id]:
                 self._sessions.pop(session_id, None)
 
-    async def _cached_user(self, cache: TTLCache[uuid.UUID, User], key: uuid.UUID,
-                           fetch: Callable[[], Awaitable[User | None]], refusal: Unauthenticated) -> User:
-        """The cache is trusted only while the event listener is connected, and
-        filled only if no event arrived during the read: a logout or suspension
-        that committed meanwhile may predate the row read."""
+    async def _live_user(self, session_id: uuid.UUID) -> User:
+        """The session's user while the session is live and the user active.
+        The cache is trusted only while the event listener is connected, and
+        filled only if no event arrived during the read: a logout or
+        suspension that committed meanwhile may predate the row read."""
         if self._events.connected:
-            cached = cache.get(key)
+            cached = self._sessions.get(session_id)
             if cached is not None:
                 return cached
         generation = self._events.generation
-        user = await fetch()
+        user = await repo.active_session_user(self._db, session_id)
         if user is None:
-            raise refusal
+            raise Unauthenticated("the session has ended; log in again", code="session_ended")
         if self._events.may_cache(generation):
-            cache[key] = user
+            self._sessions[session_id] = user
         return user
-
-    async def _live_user(self, session_id: uuid.UUID) -> User:
-        return await self._cached_user(
-            self._sessions, session_id, lambda: repo.active_session_user(self._db, session_id),
-            Unauthenticated("the session has ended; log in again", code="session_ended"))
-
-    async def _active_user(self, user_id: uuid.UUID) -> User:
-        """The user behind a bearer ID token, while active (no session row to check)."""
-        async def fetch() -> User | None:
-            user = await repo.get_user(self._db, user_id)
-            return user if user is not None and user.status == "active" else None
-
-        return await self._cached_user(self._users, user_id, fetch,
-                                       Unauthenticated("this account is suspended", code="user_suspended"))
 
     async def _id_token_principal(self, token: str) -> Principal:
         assert self._oidc is not None
         now = datetime.datetime.now(datetime.timezone.utc)
         known = self._id_tokens.get(token)
-        if known is None or known[1] <= now:
+        if known is None or known[0] <= now:
             provider, identity = await self._oidc.bearer_identity(token)
             user = await admit(self._db, provider, identity)
-            known = (user.id, identity.expires_at, uuid.uuid5(_ID_TOKEN_SESSIONS, token))
+            session_id = uuid.uuid5(_ID_TOKEN_SESSIONS, token)
+            # The token's session row, on its first use on any replica: a
+            # logout revokes it (every replica hears), a suspension of the
+            # user ends it, and the token's own expiry bounds it.
+            await repo.ensure_session(self._db, session_id, user.id, identity.expires_at)
+            known = (identity.expires_at, session_id)
             self._id_tokens[token] = known
-        # No session row: the ID token's own expiry bounds it (and the streams
-        # it opens), suspension ends it.
-        return Principal(await self._active_user(known[0]), known[2], False, known[1])
+        return Principal(await self._live_user(known[1]), known[1], False, known[0])
 
     async def authenticate(self, request: web.Request) -> Principal:
         presented = presented_token(request)
         if presented is None:
             raise Unauthenticated("log in, then send the session cookie or 'Authorization: Bearer <token>'")
         token, via_cookie = presented
-        if (not via_cookie and self._oidc is not None and token not in self._verified
-                and (token in self._id_tokens or self._oidc.issues(token))):
-            return await self._id_token_principal(token)
-        claims = self._verified.get(token)
-        if claims is None or claims.expires_at <= datetime.datetime.now(datetime.timezone.utc):
+        claims = self._verified.get(token)  # a session token verified before and not expired
+        if claims is None:
+            if not via_cookie and self._oidc is not None and (token in self._id_tokens or self._oidc.issues(token)):
+                return await self._id_token_principal(token)
             claims = sessions.verify(self._secret, token)
-            self._verified[token] = claims
-        user = await self._live_user(claims.session_id)
+            self._verified.put(token, claims, claims.expires_at.timestamp())
+        # The session's user, cached: what `_live_user` reads first, without
+        # its coroutine (the warm path of every request).
+        user = self._sessions.get(claims.session_id) if self._events.connected else None
+        if user is None:
+            user = await self._live_user(claims.session_id)
         if via_cookie and request.method in _UNSAFE_METHODS and not sessions.csrf_valid(
                 self._secret, claims.session_id, request.headers.get(sessions.CSRF_HEADER),
                 request.cookies.get(sessions.CSRF_COOKIE)):

@@ -1,6 +1,6 @@
 """The web-session proxy: `ANY /k8s/{workspace_id}/{kubernetes path}`.
 
-Request flow (wiring.handle): authenticate the caller (session cookie with a
+Request flow (wiring, its gate): authenticate the caller (session cookie with a
 session-bound CSRF token for writes and an exact Origin for upgrades, or a
 bearer token) -> the workspace must be the caller's and provisioned ->
 the tenant wall (routing) decides on the raw path before anything leaves the

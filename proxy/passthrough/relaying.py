@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Awaitable
 
 from aiohttp import web
 
-from provisioning.errors import BadRequest, ClusterUnavailable, UpstreamError
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.framing import EventBoundary
 from proxy.passthrough.http1 import Answer, UpstreamProtocolError
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SHORT_SECONDS
+from proxy.passthrough.upstream import SEND_FAILURES, SHORT_SECONDS, send_failed
 
 _CHUNK = 64 * 1024
 # A Namespace object, read and rewrapped by the gateway itself.
@@ -40,42 +39,60 @@ class ShortResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
-                headers: dict[str, str] | None = None) -> Answer:
+def _request(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+             headers: dict[str, str] | None = None) -> Awaitable[Answer]:
     """The request upstream, as the tenant: to the path and query the tenant
-    wall judged, byte for byte, unless the gateway names its own `target`."""
+    wall judged, byte for byte, unless the gateway names its own `target`.
+    Returned to be awaited in a `try` that hands failures to `send_failed`."""
     decision = ticket.decision
     if target is None:
         query = decision.upstream_query
         target = f"{decision.upstream_path}?{query}" if query else decision.upstream_path
     outgoing = upstream_request_headers(request.headers, token)
-    outgoing.update(headers or {})
-    has_body = request.body_exists and request.method not in ("GET", "HEAD")
+    if headers:
+        outgoing.update(headers)
+    has_body = request.method not in ("GET", "HEAD") and request.body_exists
+    return ticket.passthrough.upstream.pool.request(
+        request.method, target, outgoing,
+        body=request.content.iter_chunked(_CHUNK) if has_body else None,
+        content_length=request.content_length if has_body else None,
+        timeout=None if decision.long_running else SHORT_SECONDS,
+    )
+
+
+async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+                headers: dict[str, str] | None = None) -> Answer:
+    """`_request`, awaited, its failures translated. (The hot path awaits
+    `_request` itself: one coroutine less.)"""
     try:
-        return await ticket.passthrough.upstream.pool.request(
-            request.method, target, outgoing,
-            body=request.content.iter_chunked(_CHUNK) if has_body else None,
-            content_length=request.content_length if has_body else None,
-            timeout=None if decision.long_running else SHORT_SECONDS,
-        )
-    except ValueError:
-        raise BadRequest("a request header holds a line break", code="invalid_header") from None
-    except (OSError, TimeoutError) as error:
-        raise ClusterUnavailable() from error
-    except UpstreamProtocolError as error:
-        raise UpstreamError() from error
+        return await _request(ticket, request, token, target=target, headers=headers)
+    except SEND_FAILURES as error:
+        send_failed(error)
 
 
-async def relay_http(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+def relay_http(request: web.Request, ticket: Ticket) -> Awaitable[web.StreamResponse]:
+    """A short request's relay itself, a long-running one's inside its
+    stream's slot (not a coroutine: a short request goes without one)."""
     if not ticket.decision.long_running:
-        return await _relay_http(request, ticket, None)
+        return _relay_http(request, ticket, None)
+    return _relay_tracked(request, ticket)
+
+
+async def _relay_tracked(request: web.Request, ticket: Ticket) -> web.StreamResponse:
     with ticket.passthrough.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
         return await _relay_http(request, ticket, stream)
 
 
 async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | None) -> web.StreamResponse:
-    token = await ticket.token()
-    upstream = await _send(ticket, request, token)
+    """Relay one request and its answer. The body is relayed here too (one
+    coroutine for the whole exchange): a long-running answer (`stream`)
+    asked to end by a shutdown stops after a whole event and ends its body
+    cleanly."""
+    token = ticket.cached_token() or await ticket.token()
+    try:
+        upstream = await _request(ticket, request, token)
+    except SEND_FAILURES as error:
+        send_failed(error)
     if upstream.status == 401 and not request.body_exists:
         upstream.release()
         ticket.drop_token(token)
@@ -90,33 +107,26 @@ async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | Non
         kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
         response = kind(status=upstream.status, reason=upstream.reason,
                         headers=downstream_response_headers(upstream.headers))
-        await _stream(request, response, upstream, stream)
+        await response.prepare(request)
+        # Only a stream needs to know where its events end (ordinary answers stay lean).
+        boundary = EventBoundary(upstream.headers.get("Content-Type", "")) if stream is not None else None
+        try:
+            while chunk := await upstream.read_chunk():
+                if boundary is not None:
+                    boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
+                await response.write(chunk)
+        except asyncio.CancelledError:
+            if stream is None or boundary is None or not stream.take_end():
+                raise
+            await _end_after_event(request, response, upstream, boundary)
+            return response
+        except _BROKEN:
+            _break_off(request)
+            return response
+        await response.write_eof()
     finally:
         upstream.close()  # nothing left to do once the body was read to its end
     return response
-
-
-async def _stream(request: web.Request, response: web.StreamResponse, upstream: Answer,
-                  stream: Stream | None = None) -> None:
-    """Relay the body. A long-running answer (`stream`) asked to end by a
-    shutdown stops after a whole event and ends its body cleanly."""
-    await response.prepare(request)
-    # Only a stream needs to know where its events end (ordinary answers stay lean).
-    boundary = EventBoundary(upstream.headers.get("Content-Type", "")) if stream is not None else None
-    try:
-        while chunk := await upstream.read_chunk():
-            if boundary is not None:
-                boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
-            await response.write(chunk)
-    except asyncio.CancelledError:
-        if stream is None or boundary is None or not stream.take_end():
-            raise
-        await _end_after_event(request, response, upstream, boundary)
-        return
-    except _BROKEN:
-        _break_off(request)
-        return
-    await response.write_eof()
 
 
 async def _end_after_event(request: web.Request, response: web.StreamResponse, upstream: Answer,
@@ -161,10 +171,8 @@ async def relay_namespace_list(request: web.Request, ticket: Ticket) -> web.Resp
                            headers={"Accept": "application/json", "Accept-Encoding": "identity"})
     try:
         body = await upstream.read(_NAMESPACE_LIMIT)
-    except (OSError, TimeoutError) as error:
-        raise ClusterUnavailable() from error
-    except UpstreamProtocolError as error:
-        raise UpstreamError() from error
+    except SEND_FAILURES as error:
+        send_failed(error)
     finally:
         upstream.close()
     if upstream.status != 200:

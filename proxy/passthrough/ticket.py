@@ -6,12 +6,12 @@ session, the database or the settings themselves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from provisioning.audit import AuditWriter
 from provisioning.models import AuditEvent, Workspace
-from proxy.auth.authenticating import Principal
+from proxy.auth.authenticating import Authenticator, Principal
 from proxy.metrics import Metrics
 from proxy.passthrough.routing import Decision
 from proxy.passthrough.streams import Owner, StreamRegistry
@@ -30,34 +30,37 @@ class Passthrough:
     directory: WorkspaceDirectory
     audit: AuditWriter
     metrics: Metrics
+    authenticator: Authenticator
 
 
-@dataclass
 class Ticket:
-    passthrough: Passthrough
-    principal: Principal
-    workspace: Workspace
-    decision: Decision
-    method: str
-    path: str
-    resolve_client_ip: Callable[[], str | None]
-    """Resolved only when an audit row needs it: most proxied requests never do."""
-    key: TokenKey = field(init=False)
+    """Built once per proxied request, so a plain class with slots."""
 
-    def __post_init__(self) -> None:
-        self.key = TokenKey(
-            cluster=self.passthrough.upstream.server,
-            namespace=self.workspace.namespace,
-            service_account=self.workspace.service_account,
-            service_account_uid=self.workspace.service_account_uid or "",
-            audience="",
-        )
+    __slots__ = ("passthrough", "principal", "workspace", "decision", "method", "path", "resolve_client_ip", "key")
+
+    def __init__(self, passthrough: Passthrough, principal: Principal, workspace: Workspace, decision: Decision,
+                 method: str, path: str, resolve_client_ip: Callable[[], str | None]) -> None:
+        self.passthrough = passthrough
+        self.principal = principal
+        self.workspace = workspace
+        self.decision = decision
+        self.method = method
+        self.path = path
+        # Resolved only when an audit row needs it: most proxied requests never do.
+        self.resolve_client_ip = resolve_client_ip
+        # cluster, namespace, ServiceAccount, its UID, audience (none)
+        self.key = TokenKey(passthrough.upstream.server, workspace.namespace, workspace.service_account,
+                            workspace.service_account_uid or "", "")
 
     @property
     def owner(self) -> Owner:
         """What authorised this request, for a stream's lifetime."""
         return Owner(self.workspace.id, self.principal.session_id, self.principal.user.id,
                      self.principal.session_expires_at)
+
+    def cached_token(self) -> str | None:
+        """The tenant token if it is cached (the warm path: no coroutine), else None."""
+        return self.passthrough.tokens.cached(self.key)
 
     async def token(self) -> str:
         return await self.passthrough.tokens.get(self.key)
@@ -70,7 +73,7 @@ class Ticket:
     def audit_write(self, status: int) -> None:
         """Writes are recorded with the human identity; reads only counted."""
         if not self.decision.is_write:
-            self.passthrough.metrics.proxy_reads.inc()
+            self.passthrough.metrics.proxy_read()
             return
         self.passthrough.audit.enqueue(self.event("ProxyWrite", status=status))
 

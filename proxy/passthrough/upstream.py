@@ -18,14 +18,32 @@ WebSocket handshake.
 from __future__ import annotations
 
 import ssl
+from typing import NoReturn
 
-from proxy.passthrough.http1 import Pool
+from provisioning.errors import BadRequest, ClusterUnavailable, UpstreamError
+from proxy.passthrough.http1 import Pool, UpstreamProtocolError
 
 _CONNECT = 5.0
 SHORT_SECONDS = 60.0
 """The whole exchange of an ordinary request, body included, or the wait for
 the answer to a WebSocket upgrade; watches, log follows and exec have no
 such bound once they run."""
+
+
+SEND_FAILURES = (ValueError, OSError, TimeoutError, UpstreamProtocolError)
+"""What an exchange with the API server (`Pool.request`, `Pool.upgrade`, an
+answer's body) raises when it fails."""
+
+
+def send_failed(error: Exception) -> NoReturn:
+    """The one mapping of a failed exchange to what the client is told; raise
+    it from the `except SEND_FAILURES` (a refused upgrade is
+    proxy.passthrough.websockets.UpgradeRefused, the API server's own status)."""
+    if isinstance(error, ValueError):  # request_head refused a header
+        raise BadRequest("a request header holds a line break", code="invalid_header") from None
+    if isinstance(error, UpstreamProtocolError):
+        raise UpstreamError() from error
+    raise ClusterUnavailable() from error
 
 
 def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:

@@ -30,14 +30,14 @@ import hashlib
 from aiohttp import WSCloseCode, web
 from multidict import CIMultiDict
 
-from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
+from provisioning.errors import BadRequest, GatewayError, UpstreamError
 from proxy.passthrough.framing import FrameBoundary
 from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
-from proxy.passthrough.http1 import Upgrade, UpstreamProtocolError
+from proxy.passthrough.http1 import Upgrade
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SHORT_SECONDS
+from proxy.passthrough.upstream import SEND_FAILURES, SHORT_SECONDS, send_failed
 
 # Sent with close code 1001 when the gateway stops: the client may reconnect at once.
 GOING_AWAY_REASON = b"the gateway is shutting down; reconnect"
@@ -247,12 +247,8 @@ async def _upgrade(request: web.Request, ticket: Ticket, token: str) -> tuple[Up
         # as soon as the kubelet has started the stream.
         upgrade = await upstream.pool.upgrade(f"{decision.upstream_path}?{query}" if query else decision.upstream_path,
                                               outgoing, timeout=SHORT_SECONDS)
-    except ValueError:
-        raise BadRequest("a request header holds a line break", code="invalid_header") from None
-    except (OSError, TimeoutError) as error:
-        raise ClusterUnavailable() from error
-    except UpstreamProtocolError as error:
-        raise UpstreamError() from error
+    except SEND_FAILURES as error:
+        send_failed(error)
     if upgrade.status == 101:
         try:
             return upgrade, chosen_subprotocol(upgrade.headers, key, offered)

@@ -15,8 +15,9 @@ from typing import Any, AsyncIterator
 
 from aiohttp import web
 
+from provisioning import access
 from provisioning.audit import AuditWriter
-from provisioning.errors import BadRequest, Forbidden, NotFound
+from provisioning.errors import BadRequest, Forbidden
 from provisioning.kube.tokens import request_token
 from provisioning.models import IssuedToken
 from proxy import keys
@@ -29,7 +30,7 @@ from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.ticket import Passthrough, Ticket
 from proxy.passthrough.upstream import Upstream
 from proxy.passthrough.websockets import relay_websocket
-from proxy.routes.common import client_ip, principal, public_origin, uuid_from
+from proxy.routes.common import client_ip, public_origin, uuid_from
 from proxy.token_cache import TenantTokenCache, TokenKey
 
 PASSTHROUGH = web.AppKey("passthrough", Passthrough)
@@ -64,37 +65,42 @@ def _check_upgrade_origin(request: web.Request, via_cookie: bool) -> None:
         raise Forbidden("WebSocket upgrades with a session cookie need an allowed Origin", code="origin_refused")
 
 
-async def handle(request: web.Request) -> web.StreamResponse:
-    passthrough = request.app[PASSTHROUGH]
-    workspace_segment = request.match_info["workspace_id"]
-    who = await principal(request)
-    workspace_id = uuid_from(workspace_segment, "workspace")
-    workspace = await passthrough.directory.get(workspace_id)
-    if workspace is None or workspace.user_id != who.user.id:
-        raise NotFound("no such workspace")
-    if workspace.status == "suspended":
-        raise Forbidden("this workspace is suspended", code="workspace_suspended")
-    if workspace.status != "provisioned":
-        raise Forbidden("this workspace is still being provisioned", code="workspace_not_ready")
-    decision = classify(request.method, *_raw_tail(request, workspace_segment), workspace.namespace)
-    if decision.action == "deny":
-        raise Forbidden(decision.reason, code="outside_tenant")
-    ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path,
-                    lambda: client_ip(request))
-    if is_spdy_upgrade(request.headers):
-        # kubectl falls back to SPDY when its WebSocket is refused, and prints
-        # only the fallback's answer: a full workspace must say so here too.
-        passthrough.streams.require_room(workspace.id)
-        raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
-    if decision.action == "own_namespace_list":  # answered here, never an upgrade
-        return await relay_namespace_list(request, ticket)
-    if request.headers.get("Upgrade", "").lower() == "websocket":
-        _check_upgrade_origin(request, who.via_cookie)
-        return await relay_websocket(request, ticket)
-    return await relay_http(request, ticket)
+class _Gate:
+    """The route's handler, holding the app's Passthrough once it is built
+    (not looked up through the request and the app for every request)."""
+
+    passthrough: Passthrough
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        passthrough = self.passthrough
+        workspace_segment = request.match_info["workspace_id"]
+        who = await passthrough.authenticator.authenticate(request)
+        workspace_id = uuid_from(workspace_segment, "workspace")
+        workspace = access.usable(who.user, passthrough.directory.cached(workspace_id)
+                                  or await passthrough.directory.get(workspace_id))
+        decision = classify(request.method, *_raw_tail(request, workspace_segment), workspace.namespace)
+        if decision.action == "deny":
+            raise Forbidden(decision.reason, code="outside_tenant")
+        ticket = Ticket(passthrough, who, workspace, decision, request.method, decision.upstream_path,
+                        lambda: client_ip(request))
+        headers = request.headers
+        upgrade = "Upgrade" in headers
+        if upgrade and is_spdy_upgrade(headers):
+            # kubectl falls back to SPDY when its WebSocket is refused, and prints
+            # only the fallback's answer: a full workspace must say so here too.
+            passthrough.streams.require_room(workspace.id)
+            raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
+        if decision.action == "own_namespace_list":  # answered here, never an upgrade
+            return await relay_namespace_list(request, ticket)
+        if upgrade and headers.get("Upgrade", "").lower() == "websocket":
+            _check_upgrade_origin(request, who.via_cookie)
+            return await relay_websocket(request, ticket)
+        return await relay_http(request, ticket)
 
 
 def setup_passthrough(app: web.Application) -> None:
+    gate = _Gate()
+
     async def passthrough(app: web.Application) -> AsyncIterator[None]:
         settings, kube, metrics = app[keys.SETTINGS], app[keys.KUBE], app[keys.METRICS]
 
@@ -103,7 +109,7 @@ def setup_passthrough(app: web.Application) -> None:
 
         tokens = TenantTokenCache(
             fetch, refresh_margin_seconds=settings.proxy_token_refresh_margin_seconds,
-            on_hit=metrics.token_cache_hits.inc,
+            on_hit=metrics.token_cache_hit,
             on_fetch=lambda result: metrics.token_requests.labels(result=result).inc(),
         )
         streams = StreamRegistry(metrics, settings.max_streams_per_workspace)
@@ -126,7 +132,8 @@ def setup_passthrough(app: web.Application) -> None:
         upstream = Upstream(kube.endpoint.server, kube.endpoint.ca_pem)
         audit = AuditWriter(app[keys.DATABASE])
         await audit.start()
-        app[PASSTHROUGH] = Passthrough(upstream, tokens, streams, directory, audit, metrics)
+        app[PASSTHROUGH] = gate.passthrough = Passthrough(upstream, tokens, streams, directory, audit, metrics,
+                                                          app[keys.AUTHENTICATOR])
         app[keys.DRAIN].on_begin.append(streams.end_all)
         yield
         streams.cut_all()  # anything still open after the drain
@@ -145,5 +152,5 @@ def setup_passthrough(app: web.Application) -> None:
 
     app.cleanup_ctx.append(passthrough)
     app.on_shutdown.append(end_streams)
-    app.router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", handle)
-    app.router.add_route("*", PREFIX + "{workspace_id}", handle)
+    app.router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", gate.handle)
+    app.router.add_route("*", PREFIX + "{workspace_id}", gate.handle)

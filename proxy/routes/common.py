@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any
@@ -92,10 +93,16 @@ def bounded_string(value: object, name: str, max_length: int, *, code: str) -> s
     return value
 
 
+# Every proxied request names its workspace: parsed once per distinct id
+# (uuid.UUID parses in Python). Failures are not cached; the bound caps what
+# a client sending ever new ids can make it hold.
+_parse_uuid = functools.lru_cache(maxsize=1024)(uuid.UUID)
+
+
 def uuid_from(text: str | None, what: str) -> uuid.UUID:
     """Parse the id of a resource from a path or query; a malformed id is simply not found."""
     try:
-        return uuid.UUID(str(text))
+        return _parse_uuid(str(text))
     except ValueError:
         raise NotFound(f"no such {what}") from None
 

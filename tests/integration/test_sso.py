@@ -160,6 +160,14 @@ async def test_a_bearer_id_token_works_on_the_api_and_the_proxy_and_is_audited_w
     rows = await (await root.call("GET", f"/api/v1/audit?user_id={body['id']}")).json()
     assert {row["action"] for row in rows} >= {"InitWorkspace"}
     assert all(row["details"].get("provider") == "org-b" for row in rows)
+    # Logout ends it like a session, for the proxy too, on this replica and any other.
+    assert (await gateway.post("/api/v1/auth/logout", headers=bearer)).status == 204
+    assert (await me(gateway, bearer))[0] == 401
+    refused = await gateway.get(f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps",
+                                headers=bearer)
+    assert refused.status == 401
+    other = await make_gateway(oidc_providers=both(keycloak))
+    assert (await me(other, bearer))[0] == 401
 
 
 async def test_cross_realm_replay_is_refused(make_gateway: Callable[..., Any], keycloak: Any) -> None:

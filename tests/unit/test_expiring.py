@@ -1,0 +1,60 @@
+"""The bounded expiring map behind the proxy's hot caches (proxy.expiring)."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.expiring import ExpiringMap
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_entry_is_served_until_its_ttl_and_not_at_it() -> None:
+    clock = Clock()
+    cache: ExpiringMap[str, int] = ExpiringMap(10, clock, ttl=5)
+    cache["a"] = 1
+    clock.now = 104.999
+    assert cache.get("a") == 1
+    clock.now = 105.0
+    assert cache.get("a") is None and "a" not in cache
+
+
+def test_an_entry_of_its_own_deadline() -> None:
+    clock = Clock()
+    cache: ExpiringMap[str, int] = ExpiringMap(10, clock)
+    cache.put("a", 1, 101.0)
+    cache.put("b", 2, 99.0)  # stored already expired: never served
+    assert cache.get("a") == 1 and cache.get("b") is None
+    with pytest.raises(AssertionError):
+        cache.put("c", 3)  # no ttl, no deadline
+
+
+def test_the_oldest_goes_first_when_full_and_storing_again_makes_an_entry_newest() -> None:
+    clock = Clock()
+    cache: ExpiringMap[str, int] = ExpiringMap(2, clock, ttl=60)
+    cache["a"], cache["b"] = 1, 2
+    cache["a"] = 10
+    cache["c"] = 3
+    assert len(cache) == 2 and cache.get("b") is None and cache.get("a") == 10 and cache.get("c") == 3
+
+
+def test_pop_clear_keys_and_items() -> None:
+    clock = Clock()
+    cache: ExpiringMap[str, int] = ExpiringMap(10, clock, ttl=60)
+    cache["a"], cache["b"] = 1, 2
+    assert cache.pop("a") == 1 and cache.pop("a") is None and cache.pop("a", 7) == 7
+    assert cache.keys() == ["b"] and list(cache.items()) == [("b", 2)]
+    for key in cache.keys():
+        cache.pop(key)
+    assert len(cache) == 0
+    cache["c"] = 3
+    cache.clear()
+    assert cache.get("c") is None
+    with pytest.raises(ValueError):
+        ExpiringMap(0, clock, ttl=1)
