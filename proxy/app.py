@@ -34,7 +34,7 @@ from proxy.errors import error_response, failure_answer
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
-from proxy.passthrough.wiring import setup_passthrough
+from proxy.passthrough.gate import setup_passthrough
 from proxy import openapi
 from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings

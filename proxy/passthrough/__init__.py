@@ -1,11 +1,13 @@
 """The web-session proxy: `ANY /k8s/{workspace_id}/{kubernetes path}`.
 
-Request flow (wiring, its gate): authenticate the caller (session cookie with a
+Request flow (gate): authenticate the caller (session cookie with a
 session-bound CSRF token for writes and an exact Origin for upgrades, or a
-bearer token) -> the workspace must be the caller's and provisioned ->
-the tenant wall (routing) decides on the raw path before anything leaves the
-process -> a cached tenant token is attached (token_cache) -> the request is
-relayed (relaying for HTTP, websockets for exec/attach/port-forward).
+bearer token) -> the workspace must be usable by the caller
+(provisioning.access) -> the tenant wall (routing) decides on the raw path
+before anything leaves the process -> the decision becomes a Ticket (ticket)
+-> a cached tenant token is attached (token_cache) -> the request is relayed
+(relaying for HTTP, websockets for exec/attach/port-forward), and an
+upstream failure is mapped to the error tree in one place (upstream).
 
 Trust boundaries: the client's identity headers never travel upstream
 (headers); the upstream client (upstream: the HTTP/1.1 pool of http1, which

@@ -38,7 +38,7 @@ from devstack.cluster import LocalCluster
 from provisioning.kube.client import ClusterEndpoint, KubeClient
 from provisioning.secrets import Secret
 from proxy.auth import sessions
-from proxy.passthrough.wiring import SPDY_REFUSED
+from proxy.passthrough.gate import SPDY_REFUSED
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway

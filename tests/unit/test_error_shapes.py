@@ -8,7 +8,7 @@ import json
 import pytest
 
 from proxy.errors import error_body, status_reason
-from proxy.passthrough.wiring import SPDY_REFUSED
+from proxy.passthrough.gate import SPDY_REFUSED
 
 STATUS_KEYS = {"kind", "apiVersion", "metadata", "status", "message", "reason", "code"}
 
