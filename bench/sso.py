@@ -42,7 +42,7 @@ import aiohttp
 import yaml
 
 from bench.paired_load import WARM_UP
-from bench.stack import Stack, run_load, temp_root
+from bench.stack import Stack, run_load, stop_process, temp_root
 from devstack.keycloak import LocalKeycloak, ensure_distribution, java_home, start_keycloak
 from proxy.client import store
 
@@ -271,12 +271,7 @@ async def sso(stack: Stack, *, blocks: int, block_requests: int, invocations: in
                 raise RuntimeError("tenant-gateway credential minted again instead of answering from its cache")
             timings.append(elapsed)
     finally:
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_process(process)
         await hop.stop()
         await asyncio.to_thread(keycloak.stop)
     session, id_token = gets["session"], gets["id_token"]

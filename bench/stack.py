@@ -260,12 +260,7 @@ class Stack:
     def stop(self) -> None:
         for process in (self.kubectl_proxy, self.floor_relay, self.gateway,
                         *(reference.process for reference in self.references.values())):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(15)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_process(process)
         if self.cluster is not None:
             self.cluster.stop()
 
@@ -332,6 +327,16 @@ class Stack:
             text = await r.text()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith(name) and not line.startswith("#"))
+
+
+def stop_process(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def run_load(job: dict[str, Any], *, module: str = "bench.load", timeout: float = 600) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Awaitable, Callable
+from typing import Callable
 
 from aiohttp import web
 
@@ -123,27 +123,3 @@ class Drain:
         return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
                               "request finished; it may or may not have taken effect",
                               headers={"Connection": "close"})
-
-    def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
-        """The drain on its own, as a middleware (the gateway's app folds it
-        into its front middleware, proxy.app: one coroutine less per request)."""
-        @web.middleware
-        async def drain(request: web.Request,
-                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-            refused = self.refusal(request)
-            if refused is not None:
-                return refused
-            task = asyncio.current_task()
-            assert task is not None
-            self.enter(task)
-            try:
-                return await handler(request)
-            except asyncio.CancelledError:
-                answer = self.cancelled(request, task)
-                if answer is None:
-                    raise
-                return answer
-            finally:
-                self.leave(task)
-
-        return drain

@@ -100,14 +100,3 @@ def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:
         raise error  # the client went away; nobody is left to answer
     log.exception("unhandled error")
     return error_response(request, 500, "internal_error", "the gateway failed to handle the request")
-
-
-@web.middleware
-async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """`failure_answer` as a middleware of its own (the gateway's app folds it
-    into its front middleware instead: one coroutine less per request)."""
-    try:
-        response: web.StreamResponse = await handler(request)
-        return response
-    except Exception as error:
-        return failure_answer(request, error)
