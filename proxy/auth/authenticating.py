@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from aiohttp import web
-from cachetools import LRUCache
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
@@ -66,7 +65,7 @@ class Authenticator:
         # ID token -> (expiry, pseudo-session id): verified once, like session
         # tokens below. The id, a hash of the token made once, names the
         # session row its first use records, so logout ends it like a session.
-        self._id_tokens: LRUCache[str, tuple[datetime.datetime, uuid.UUID]] = LRUCache(maxsize=100_000)
+        self._id_tokens: ExpiringMap[str, tuple[datetime.datetime, uuid.UUID]] = ExpiringMap(100_000, time.time)
         self._secret = secret
         self._events = events
         self._sessions: ExpiringMap[uuid.UUID, User] = ExpiringMap(100_000, clock, cache_seconds)
@@ -105,9 +104,8 @@ class Authenticator:
 
     async def _id_token_principal(self, token: str) -> Principal:
         assert self._oidc is not None
-        now = datetime.datetime.now(datetime.timezone.utc)
         known = self._id_tokens.get(token)
-        if known is None or known[0] <= now:
+        if known is None:
             provider, identity = await self._oidc.bearer_identity(token)
             user = await admit(self._db, provider, identity)
             session_id = uuid.uuid5(_ID_TOKEN_SESSIONS, token)
@@ -116,7 +114,7 @@ class Authenticator:
             # user ends it, and the token's own expiry bounds it.
             await repo.ensure_session(self._db, session_id, user.id, identity.expires_at)
             known = (identity.expires_at, session_id)
-            self._id_tokens[token] = known
+            self._id_tokens.put(token, known, identity.expires_at.timestamp())
         return Principal(await self._live_user(known[1]), known[1], False, known[0])
 
     async def authenticate(self, request: web.Request) -> Principal:
@@ -126,8 +124,16 @@ class Authenticator:
         token, via_cookie = presented
         claims = self._verified.get(token)  # a session token verified before and not expired
         if claims is None:
-            if not via_cookie and self._oidc is not None and (token in self._id_tokens or self._oidc.issues(token)):
-                return await self._id_token_principal(token)
+            if not via_cookie and self._oidc is not None:
+                # An ID token verified before: its session's user, cached, as
+                # for a session token below (the warm path of automation).
+                known = self._id_tokens.get(token)
+                if known is not None:
+                    user = self._sessions.get(known[1]) if self._events.connected else None
+                    if user is not None:
+                        return Principal(user, known[1], False, known[0])
+                if known is not None or self._oidc.issues(token):
+                    return await self._id_token_principal(token)
             claims = sessions.verify(self._secret, token)
             self._verified.put(token, claims, claims.expires_at.timestamp())
         # The session's user, cached: what `_live_user` reads first, without
