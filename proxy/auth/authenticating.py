@@ -85,15 +85,19 @@ class Authenticator:
             for session_id in [s for s, u in self._sessions.items() if u.id == user_id]:
                 self._sessions.pop(session_id, None)
 
+    def _cached_user(self, session_id: uuid.UUID) -> User | None:
+        """What `_live_user` reads first, without its coroutine: the warm path
+        of every request, for session tokens and ID tokens alike."""
+        return self._sessions.get(session_id) if self._events.connected else None
+
     async def _live_user(self, session_id: uuid.UUID) -> User:
         """The session's user while the session is live and the user active.
         The cache is trusted only while the event listener is connected, and
         filled only if no event arrived during the read: a logout or
         suspension that committed meanwhile may predate the row read."""
-        if self._events.connected:
-            cached = self._sessions.get(session_id)
-            if cached is not None:
-                return cached
+        cached = self._cached_user(session_id)
+        if cached is not None:
+            return cached
         generation = self._events.generation
         user = await repo.active_session_user(self._db, session_id)
         if user is None:
@@ -128,19 +132,13 @@ class Authenticator:
                 # An ID token verified before: its session's user, cached, as
                 # for a session token below (the warm path of automation).
                 known = self._id_tokens.get(token)
-                if known is not None:
-                    user = self._sessions.get(known[1]) if self._events.connected else None
-                    if user is not None:
-                        return Principal(user, known[1], False, known[0])
+                if known is not None and (user := self._cached_user(known[1])) is not None:
+                    return Principal(user, known[1], False, known[0])
                 if known is not None or self._oidc.issues(token):
                     return await self._id_token_principal(token)
             claims = sessions.verify(self._secret, token)
             self._verified.put(token, claims, claims.expires_at.timestamp())
-        # The session's user, cached: what `_live_user` reads first, without
-        # its coroutine (the warm path of every request).
-        user = self._sessions.get(claims.session_id) if self._events.connected else None
-        if user is None:
-            user = await self._live_user(claims.session_id)
+        user = self._cached_user(claims.session_id) or await self._live_user(claims.session_id)
         if via_cookie and request.method in _UNSAFE_METHODS and not sessions.csrf_valid(
                 self._secret, claims.session_id, request.headers.get(sessions.CSRF_HEADER),
                 request.cookies.get(sessions.CSRF_COOKIE)):

@@ -96,7 +96,7 @@ class _Tunnel(asyncio.Protocol):
         self._frames = FrameBoundary()
         self._stopping = False
         self._stopped = asyncio.Event()  # a clean end reached a frame boundary
-        self._draining = False
+        self._drained: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._upstream, early = upgrade.take_over(self)
         for transport in (self._client, self._upstream):
             transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
@@ -126,10 +126,9 @@ class _Tunnel(asyncio.Protocol):
         client = self._client
         if data and not client.is_closing():
             client.write(data)
-            if self._client_protocol.writing_paused and not self._draining:
-                self._draining = True
+            if self._client_protocol.writing_paused and self._drained is None:
                 self._upstream.pause_reading()
-                asyncio.get_running_loop().create_task(self._resume_when_drained())
+                self._drained = asyncio.get_running_loop().create_task(self._resume_when_drained())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.ended.set()
@@ -149,7 +148,7 @@ class _Tunnel(asyncio.Protocol):
         except ConnectionError:
             return
         finally:
-            self._draining = False
+            self._drained = None
         if not self._upstream.is_closing():
             self._upstream.resume_reading()
 
