@@ -1,171 +1,50 @@
 """The application factory: wiring only.
 
-`create_app` registers routes and middlewares and owns every long-lived
-resource through `cleanup_ctx` (database pool, event listener, the gateway's
-Kubernetes client, the pass-through upstream, the heap trimmer, the metrics
-listener), so start-up and shutdown order are explicit and tests build the
-very same app. Each cleanup step is bounded by what is left of the stop's
-deadline (proxy.draining), so a database or API server that is gone cannot
-hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
+`create_app` builds the app from its parts and nothing else: the front
+middleware and response hook (proxy.front), the routes, the pass-through
+gate (proxy.passthrough.gate), and one cleanup context per long-lived
+resource, listed in the order they start (they stop in reverse): identity
+providers, database, event listener and sessions, the gateway's Kubernetes
+client, the audit writer, the pass-through's upstream, tenant tokens, open
+streams, the gate's workspace directory, the heap trimmer, the metrics
+listener. Tests build the very same app. Each stop is bounded by what is
+left of the stop's deadline (proxy.draining), so a database or API server
+that is gone cannot hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import itertools
-import secrets
 import time
+import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Callable
 
-from aiohttp import hdrs, web
-from multidict import istr
+from aiohttp import web
 
+from provisioning.audit import AuditWriter
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
-from proxy import keys, logs
+from provisioning.kube.tokens import request_token
+from provisioning.models import IssuedToken
+from proxy import keys, openapi
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
-from proxy.errors import error_response, failure_answer
+from proxy.front import front_middleware, response_hook
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
-from proxy.passthrough.gate import setup_passthrough
-from proxy import openapi
+from proxy.passthrough.gate import Gate
+from proxy.passthrough.relay import Relay
+from proxy.passthrough.streams import StreamRegistry
+from proxy.passthrough.tenants import WorkspaceDirectory
+from proxy.passthrough.upstream import Upstream
 from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings
-
-# istr names: multidict need not fold their case on every response.
-_SECURITY_HEADERS = (
-    (hdrs.X_CONTENT_TYPE_OPTIONS, "nosniff"),
-    (hdrs.X_FRAME_OPTIONS, "DENY"),
-    (istr("Referrer-Policy"), "no-referrer"),
-)
-_REQUEST_ID = istr("X-Request-Id")
-_API_CSP = "default-src 'none'; frame-ancestors 'none'"
-# Request ids only need to be unique, not secret: a per-process random prefix
-# and a counter cost a fraction of a uuid4 (which reads the OS RNG).
-_ID_PREFIX = secrets.token_hex(4) + "-"
-_REQUEST_NUMBERS = itertools.count(1)
-_CORS_METHODS = "GET, POST, PUT, PATCH, DELETE"
-_CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
-# What a page may read beyond the CORS-safelisted headers, exactly:
-# Retry-After (when to retry a 429 or 503, the gateway's or the API server's),
-# Warning (the API server's deprecation and admission warnings, which kubectl
-# prints and a UI should show), Audit-Id (the API server's id of the request
-# in the cluster's audit log) and X-Request-Id (the gateway's id of it in its
-# own log): what a user needs to act on an answer, or to report it.
-_CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
-
-
-def _route_label(request: web.Request, known: dict[object, str]) -> str:
-    """The metrics label of the request's route; `known` keeps those of the
-    app's own routes (each is four property lookups away otherwise)."""
-    info = request.match_info
-    route = info.route if info is not None else None
-    label = known.get(route)
-    if label is not None:
-        return label
-    resource = route.resource if route is not None else None
-    if resource is None:
-        return "unmatched"  # no route (a 404), or a system route, made anew per request
-    label = known[route] = resource.canonical
-    return label
-
-
-def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """What every request goes through, outermost first, as one coroutine
-    (three middlewares cost three on every request): the drain (a new
-    request during a stop is refused; those in flight are counted, and one
-    cancelled at the end of the drain still answers 503), the request id for
-    logs and responses, the CORS preflight answered before routing, and
-    every failure rendered as the contract's error (proxy.errors)."""
-    tasks = drain.tasks
-
-    @web.middleware
-    async def front(request: web.Request,
-                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if drain.started_at is not None:
-            refused = drain.refusal(request)
-            if refused is not None:
-                return refused
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)  # drain.enter, without a call
-        try:
-            request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
-            request[keys.CONTEXT] = (request_id, time.perf_counter())
-            token = logs.request_id.set(request_id)
-            try:
-                if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-                    return _preflight(request)
-                try:
-                    return await handler(request)
-                except Exception as error:
-                    return failure_answer(request, error)
-            finally:
-                logs.request_id.reset(token)
-        except asyncio.CancelledError:
-            answer = drain.cancelled(request, task)
-            if answer is None:
-                raise
-            return answer
-        finally:
-            tasks.discard(task)  # drain.leave, without a call while nothing waits for the drain
-            if drain.watched:
-                drain.settle(task)
-
-    return front
-
-
-def _preflight(request: web.Request) -> web.StreamResponse:
-    origin = request.headers.get("Origin", "")
-    if origin not in request.app[keys.SETTINGS].cors_origins:
-        return error_response(request, 403, "cors_origin_refused", "this origin may not call the gateway")
-    return web.Response(status=204, headers={
-        "Access-Control-Allow-Origin": origin,
-        "Access-Control-Allow-Credentials": "true",
-        "Access-Control-Allow-Methods": _CORS_METHODS,
-        "Access-Control-Allow-Headers": _CORS_HEADERS,
-        "Access-Control-Max-Age": "600",
-        "Vary": "Origin",
-    })
-
-
-def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """What runs for every response, streamed ones included, just before its
-    headers go out; bound to the app's settings and metrics once."""
-    cors_origins = settings.cors_origins
-    observe = metrics.observe_request
-    route_labels: dict[object, str] = {}
-
-    async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-        headers = response.headers
-        # Set by the front middleware (not on a request refused while draining).
-        context = request.get(keys.CONTEXT)
-        if context is not None:
-            headers[_REQUEST_ID] = context[0]
-        for name, value in _SECURITY_HEADERS:
-            headers.setdefault(name, value)
-        # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
-        headers[hdrs.SERVER] = "tenant-gateway"
-        # Every answer is data, never a page: even a pod log opened by navigation
-        # runs nothing. The console's own pages bring theirs (proxy.routes.console).
-        headers.setdefault(hdrs.CONTENT_SECURITY_POLICY, _API_CSP)
-        origin = request.headers.get(hdrs.ORIGIN)
-        if origin and origin in cors_origins:
-            headers["Access-Control-Allow-Origin"] = origin
-            headers["Access-Control-Allow-Credentials"] = "true"
-            headers["Access-Control-Expose-Headers"] = _CORS_EXPOSED
-            headers.add("Vary", "Origin")
-        observe(_route_label(request, route_labels), response.status,
-                time.perf_counter() - context[1] if context is not None else None)
-
-    return on_response_prepare
+from proxy.token_cache import TenantTokenCache, TokenKey
 
 
 def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
@@ -175,37 +54,52 @@ def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
 
 
 def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool = True,
-               kube: KubeClient | None = None) -> web.Application:
-    """`kube` replaces the gateway's client: tests use it to inject faults a
-    real API server cannot be made to produce on cue."""
+               kube: KubeClient | None = None, upstream: Upstream | None = None,
+               clock: Callable[[], float] = time.monotonic) -> web.Application:
+    """The test seams, for what a real component cannot be made to do on
+    cue: `kube` replaces the gateway's own client and `upstream` the
+    pass-through's client to the API server (the caller closes what it
+    passes); `clock` is the monotonic clock of every cache (sessions,
+    workspaces, tenant tokens), so tests move time instead of waiting."""
     drain = Drain(settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds)
-    app = web.Application(middlewares=[front_middleware(drain)],
-                          client_max_size=settings.max_body_bytes)
+    app = web.Application(middlewares=[front_middleware(drain)], client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
     app[keys.DRAIN] = drain
     app[keys.METRICS] = metrics = Metrics()
     app.on_response_prepare.append(response_hook(settings, metrics))
+    streams = StreamRegistry(metrics, settings.max_streams_per_workspace)
+
+    async def fetch_token(key: TokenKey) -> IssuedToken:
+        return await request_token(app[keys.KUBE], key.namespace, key.service_account,
+                                   settings.proxy_token_ttl_seconds)
+
+    tokens = TenantTokenCache(fetch_token, refresh_margin_seconds=settings.proxy_token_refresh_margin_seconds,
+                              clock=clock, on_hit=metrics.token_cache_hit,
+                              on_fetch=lambda result: metrics.token_requests.labels(result=result).inc())
+    gate = Gate(settings.cors_origins)
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:
-        registry = OIDCRegistry(settings.oidc_providers)
-        app[keys.OIDC] = registry
+        app[keys.OIDC] = registry = OIDCRegistry(settings.oidc_providers)
         yield
         await registry.close()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
-        db = await Database.connect(database_dsn, on_checkout=app[keys.METRICS].database_checkouts.inc)
+        db = await Database.connect(database_dsn, on_checkout=metrics.database_checkouts.inc)
         if apply_migrations:
             async with db.connection() as connection:
                 await migrate(connection)
         app[keys.DATABASE] = db
-        events = EventListener(database_dsn)
-        app[keys.EVENTS] = events
-        app[keys.AUTHENTICATOR] = Authenticator(db, settings.session_secret_value, events, oidc=app[keys.OIDC])
-        await events.start()
         yield
         # Last to stop: everything before may still write (queued audit rows).
-        await events.stop(timeout=min(2.0, drain.remaining() / 2))
         await db.close(timeout=max(0.2, drain.remaining() - 0.5))
+
+    async def events_and_sessions(app: web.Application) -> AsyncIterator[None]:
+        app[keys.EVENTS] = events = EventListener(database_dsn)
+        app[keys.AUTHENTICATOR] = Authenticator(app[keys.DATABASE], settings.session_secret_value, events,
+                                                oidc=app[keys.OIDC], clock=clock)
+        await events.start()
+        yield
+        await events.stop(timeout=min(2.0, drain.remaining() / 2))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
         client = kube or await KubeClient.from_kubeconfig(settings.kubeconfig)
@@ -215,17 +109,72 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         if kube is None:
             await client.close()
 
+    async def audit(app: web.Application) -> AsyncIterator[None]:
+        app[keys.AUDIT] = writer = AuditWriter(app[keys.DATABASE])
+        await writer.start()
+        yield
+        # Most of what is left of the stop: a database that is restarting still gets the rows.
+        await writer.stop(timeout=max(0.5, drain.remaining() - 2.0))
+
+    async def pass_through_upstream(app: web.Application) -> AsyncIterator[None]:
+        endpoint = app[keys.KUBE].endpoint
+        app[keys.UPSTREAM] = client = upstream or Upstream(endpoint.server, endpoint.ca_pem)
+        yield
+        if upstream is None:
+            client.close()
+
+    async def tenant_tokens(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await tokens.aclose()  # fills still running
+
+    async def open_streams(app: web.Application) -> AsyncIterator[None]:
+        drain.on_begin.append(streams.end_all)
+        yield
+        streams.cut_all()  # anything still open after the drain
+
+    async def end_streams(app: web.Application) -> None:
+        """Shutdown: ordinary requests get the drain timeout to finish, but a
+        watch or exec never finishes by itself: it is ended cleanly (a whole
+        last event, then the end of the body; a WebSocket close 1001) and its
+        client reconnects elsewhere. `serve` has done this already, at SIGTERM."""
+        streams.end_all()
+
+    async def pass_through_gate(app: web.Application) -> AsyncIterator[None]:
+        events = app[keys.EVENTS]
+
+        def on_workspace_change(workspace_id: uuid.UUID, namespace: str) -> None:
+            # Any change (suspend, resume, new ServiceAccount): forget and cut.
+            streams.cut(workspace_id)
+            tokens.evict_namespace(namespace)
+
+        def on_identity_event(message: dict[str, Any]) -> None:
+            # Logout or a session's revocation, a user's suspension: their streams end.
+            if message.get("kind") == "session_revoked":
+                streams.cut_session(uuid.UUID(message["id"]))
+            elif message.get("kind") == "user_changed":
+                streams.cut_user(uuid.UUID(message["id"]))
+
+        events.subscribe(on_identity_event)
+        directory = WorkspaceDirectory(app[keys.DATABASE], events, on_change=on_workspace_change,
+                                       on_reset=streams.cut_all, clock=clock)
+        gate.open(app[keys.AUTHENTICATOR], directory,
+                  Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics))
+        yield
+
     async def heap(app: web.Application) -> AsyncIterator[None]:
         trimmer = HeapTrimmer(glibc_malloc_trim())
         await trimmer.start()
         yield
         await trimmer.stop()
 
-    app.cleanup_ctx.extend([identity_providers, database, kubernetes, heap, metrics_listener(settings)])
+    app.cleanup_ctx.extend([identity_providers, database, events_and_sessions, kubernetes, audit,
+                            pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
+                            metrics_listener(settings)])
+    app.on_shutdown.append(end_streams)
     for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, openapi.routes,
                   console.routes):
         app.router.add_routes(table)
-    setup_passthrough(app)
+    gate.add_routes(app.router)
     return app
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from provisioning.audit import AuditWriter
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
@@ -11,6 +12,7 @@ from proxy.auth.authenticating import Authenticator, Principal
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
 from proxy.metrics import Metrics
+from proxy.passthrough.upstream import Upstream
 from proxy.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -21,6 +23,10 @@ EVENTS = web.AppKey("events", EventListener)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 OIDC = web.AppKey("oidc", OIDCRegistry)
 """The configured identity providers (discovery, keys, code exchange)."""
+AUDIT = web.AppKey("audit", AuditWriter)
+"""Audit rows written in the background (the proxy's ProxyWrite and ProxyExec)."""
+UPSTREAM = web.AppKey("upstream", Upstream)
+"""The pass-through's own client to the API server: it carries tenant tokens only."""
 DRAIN = web.AppKey("drain", Drain)
 """The graceful stop's state and deadline (proxy.draining)."""
 METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")

@@ -1,9 +1,11 @@
 """Per-tenant ServiceAccount tokens for the proxy, cached.
 
-Key: cluster, namespace, ServiceAccount name, ServiceAccount UID and audience
-(the Flux RFC-0010 lesson): every part that distinguishes one credential from
-another, so no tenant is ever served another's token, and a replaced
-ServiceAccount (new UID) can never be served a token of its predecessor.
+Key: namespace, ServiceAccount name and ServiceAccount UID (the Flux
+RFC-0010 lesson): every part that distinguishes one of the proxy's
+credentials from another, so no tenant is ever served another's token, and
+a replaced ServiceAccount (new UID) can never be served a token of its
+predecessor. Nothing more: a cache serves one cluster (its gateway's), and
+the proxy's tokens all have the API server's default audience.
 
 A token is renewed once less than `refresh_margin_seconds` of its life is
 left (the specification's 10 minutes), or once half its life is gone if it
@@ -39,11 +41,9 @@ class TokenKey(NamedTuple):
     """A tuple, so hashing and comparing it (every proxied request does,
     in the cache) runs in C."""
 
-    cluster: str
     namespace: str
     service_account: str
     service_account_uid: str
-    audience: str
 
 
 @dataclass(frozen=True)

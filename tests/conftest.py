@@ -155,7 +155,8 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
                  gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
-    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass `kube=` to create_app;
+    environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
+    `kube=`, `upstream=` and `clock=` to create_app;
     `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list."""
     import aiohttp
     from aiohttp.test_utils import TestServer
@@ -165,12 +166,14 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
+    async def make(*, kube: Any = None, upstream: Any = None, clock: Any = None,
+                   oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
         import yaml
 
         merged = {**gateway_env, **env}
         settings = load_settings(merged, providers_text=yaml.safe_dump(oidc_providers) if oidc_providers else None)
-        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube)
+        seams = {"clock": clock} if clock is not None else {}
+        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
         server = TestServer(app, scheme="https")
         await server.start_server(ssl=server_context)
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(

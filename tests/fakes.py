@@ -3,11 +3,7 @@ on cue; every test using one says so."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
-
-from provisioning.kube.client import ClusterEndpoint, KubeClient
 
 
 class FakeUpstream:
@@ -30,15 +26,3 @@ class FakeUpstream:
         await response.write(b'{"type":"ADDED","object":{}}\n')
         request.transport.close()  # type: ignore[union-attr]
         return response
-
-
-class RealTokensFakeUpstream:
-    """The real client for TokenRequests; the fake server as proxy upstream."""
-
-    def __init__(self, real: KubeClient, upstream: str) -> None:
-        self._real = real
-        self.endpoint = ClusterEndpoint(upstream, None)
-        self.ca_base64 = real.ca_base64
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)

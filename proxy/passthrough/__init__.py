@@ -4,10 +4,11 @@ Request flow (gate): authenticate the caller (session cookie with a
 session-bound CSRF token for writes and an exact Origin for upgrades, or a
 bearer token) -> the workspace must be usable by the caller
 (provisioning.access) -> the tenant wall (routing) decides on the raw path
-before anything leaves the process -> the decision becomes a Ticket (ticket)
--> a cached tenant token is attached (token_cache) -> the request is relayed
-(relaying for HTTP, websockets for exec/attach/port-forward), and an
-upstream failure is mapped to the error tree in one place (upstream).
+before anything leaves the process -> the decision becomes an immutable
+Ticket (ticket) -> the relay for it (relaying for HTTP, websockets for
+exec/attach/port-forward) gets the Ticket and the relay service (relay):
+a cached tenant token is attached (proxy.token_cache), the request sent,
+and an upstream failure mapped to the error tree in one place (upstream).
 
 Trust boundaries: the client's identity headers never travel upstream
 (headers); the upstream client (upstream: the HTTP/1.1 pool of http1, which

@@ -20,6 +20,7 @@ from aiohttp import web
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.framing import EventBoundary
 from proxy.passthrough.http1 import Answer, UpstreamProtocolError
+from proxy.passthrough.relay import Relay
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.upstream import SEND_FAILURES, SHORT_SECONDS, send_failed
@@ -39,7 +40,7 @@ class ShortResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def _request(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
              headers: dict[str, str] | None = None) -> Awaitable[Answer]:
     """The request upstream, as the tenant: to the path and query the tenant
     wall judged, byte for byte, unless the gateway names its own `target`.
@@ -52,7 +53,7 @@ def _request(ticket: Ticket, request: web.Request, token: str, *, target: str | 
     if headers:
         outgoing.update(headers)
     has_body = request.method not in ("GET", "HEAD") and request.body_exists
-    return ticket.passthrough.upstream.pool.request(
+    return relay.pool.request(
         request.method, target, outgoing,
         body=request.content.iter_chunked(_CHUNK) if has_body else None,
         content_length=request.content_length if has_body else None,
@@ -60,49 +61,50 @@ def _request(ticket: Ticket, request: web.Request, token: str, *, target: str | 
     )
 
 
-async def _send(ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
+async def _send(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
                 headers: dict[str, str] | None = None) -> Answer:
     """`_request`, awaited, its failures translated. (The hot path awaits
     `_request` itself: one coroutine less.)"""
     try:
-        return await _request(ticket, request, token, target=target, headers=headers)
+        return await _request(relay, ticket, request, token, target=target, headers=headers)
     except SEND_FAILURES as error:
         send_failed(error)
 
 
-def relay_http(request: web.Request, ticket: Ticket) -> Awaitable[web.StreamResponse]:
+def relay_http(request: web.Request, ticket: Ticket, relay: Relay) -> Awaitable[web.StreamResponse]:
     """A short request's relay itself, a long-running one's inside its
     stream's slot (not a coroutine: a short request goes without one)."""
     if not ticket.decision.long_running:
-        return _relay_http(request, ticket, None)
-    return _relay_tracked(request, ticket)
+        return _relay_http(request, ticket, relay, None)
+    return _relay_tracked(request, ticket, relay)
 
 
-async def _relay_tracked(request: web.Request, ticket: Ticket) -> web.StreamResponse:
-    with ticket.passthrough.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
-        return await _relay_http(request, ticket, stream)
+async def _relay_tracked(request: web.Request, ticket: Ticket, relay: Relay) -> web.StreamResponse:
+    with relay.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+        return await _relay_http(request, ticket, relay, stream)
 
 
-async def _relay_http(request: web.Request, ticket: Ticket, stream: Stream | None) -> web.StreamResponse:
+async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
+                      stream: Stream | None) -> web.StreamResponse:
     """Relay one request and its answer. The body is relayed here too (one
     coroutine for the whole exchange): a long-running answer (`stream`)
     asked to end by a shutdown stops after a whole event and ends its body
     cleanly."""
-    token = ticket.cached_token() or await ticket.token()
+    token = relay.cached_token(ticket) or await relay.token(ticket)
     try:
-        upstream = await _request(ticket, request, token)
+        upstream = await _request(relay, ticket, request, token)
     except SEND_FAILURES as error:
         send_failed(error)
     if upstream.status == 401 and not request.body_exists:
         upstream.release()
-        ticket.drop_token(token)
-        token = await ticket.token()
-        upstream = await _send(ticket, request, token)
+        relay.drop_token(ticket, token)
+        token = await relay.token(ticket)
+        upstream = await _send(relay, ticket, request, token)
     if upstream.status == 401:
-        ticket.drop_token(token)
+        relay.drop_token(ticket, token)
     # Recorded as soon as the API server has answered: a client that hangs up
     # while the body streams must not leave its write unaudited.
-    ticket.audit_write(upstream.status)
+    relay.record(ticket, upstream.status)
     try:
         kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
         response = kind(status=upstream.status, reason=upstream.reason,
@@ -164,9 +166,9 @@ def own_namespace_list(namespace_object: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def relay_namespace_list(request: web.Request, ticket: Ticket) -> web.Response:
+async def relay_namespace_list(request: web.Request, ticket: Ticket, relay: Relay) -> web.Response:
     # Read and parsed here, so asked for as plain JSON.
-    upstream = await _send(ticket, request, await ticket.token(),
+    upstream = await _send(relay, ticket, request, await relay.token(ticket),
                            target=f"/api/v1/namespaces/{ticket.workspace.namespace}",
                            headers={"Accept": "application/json", "Accept-Encoding": "identity"})
     try:

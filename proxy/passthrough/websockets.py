@@ -34,6 +34,7 @@ from provisioning.errors import BadRequest, GatewayError, UpstreamError
 from proxy.passthrough.framing import FrameBoundary
 from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.http1 import Upgrade
+from proxy.passthrough.relay import Relay
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
@@ -225,9 +226,9 @@ def _well_formed(request: web.Request) -> bool:
     return web.WebSocketResponse(protocols=offered_subprotocols(request.headers)).can_prepare(request).ok
 
 
-async def _upgrade(request: web.Request, ticket: Ticket, token: str) -> tuple[Upgrade, str | None]:
+async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: str) -> tuple[Upgrade, str | None]:
     """The upgrade, made with the API server: its 101, and the subprotocol it chose."""
-    upstream = ticket.passthrough.upstream
+    upstream = relay.upstream
     decision = ticket.decision
     key = request.headers["Sec-WebSocket-Key"]
     offered = websocket_subprotocols(request.headers)
@@ -259,30 +260,30 @@ async def _upgrade(request: web.Request, ticket: Ticket, token: str) -> tuple[Up
     raise UpgradeRefused(upgrade.status)
 
 
-async def relay_websocket(request: web.Request, ticket: Ticket) -> web.StreamResponse:
+async def relay_websocket(request: web.Request, ticket: Ticket, relay: Relay) -> web.StreamResponse:
     if request.method != "GET" or not _well_formed(request):
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
-    with ticket.passthrough.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
-        return await _relay_websocket(request, ticket, stream)
+    with relay.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+        return await _relay_websocket(request, ticket, relay, stream)
 
 
-async def _relay_websocket(request: web.Request, ticket: Ticket, stream: Stream) -> web.StreamResponse:
-    token = await ticket.token()
+async def _relay_websocket(request: web.Request, ticket: Ticket, relay: Relay, stream: Stream) -> web.StreamResponse:
+    token = await relay.token(ticket)
     if ticket.decision.is_exec:
         # Before the handshake, which is what starts the process in the pod:
         # no row, no session.
-        await ticket.passthrough.audit.write_now(ticket.event("ProxyExec", **stream_target(ticket.decision)))
+        await relay.audit.write_now(ticket.event("ProxyExec", **stream_target(ticket.decision)))
     try:
-        upgrade, subprotocol = await _upgrade(request, ticket, token)
+        upgrade, subprotocol = await _upgrade(request, ticket, relay, token)
     except UpgradeRefused as refused:
         if refused.status != 401:
             raise
-        ticket.drop_token(token)
-        upgrade, subprotocol = await _upgrade(request, ticket, await ticket.token())
+        relay.drop_token(ticket, token)
+        upgrade, subprotocol = await _upgrade(request, ticket, relay, await relay.token(ticket))
     if not ticket.decision.is_exec:
-        ticket.audit_write(101)
+        relay.record(ticket, 101)
     response = web.StreamResponse(status=101, reason="Switching Protocols", headers={
         "Upgrade": "websocket", "Connection": "Upgrade",
         "Sec-WebSocket-Accept": accept_key(request.headers["Sec-WebSocket-Key"]),

@@ -10,10 +10,10 @@ import aiohttp
 import pytest
 
 from devstack.cluster import LocalCluster
-from provisioning.kube.client import KubeClient
+from proxy.passthrough.upstream import Upstream
 from tests.gatewayclient import register_and_login
 from tests.gatewayclient import metrics_text
-from tests.fakes import FakeUpstream, RealTokensFakeUpstream
+from tests.fakes import FakeUpstream
 
 pytestmark = pytest.mark.cluster
 
@@ -28,12 +28,13 @@ async def fake_upstream(aiohttp_server: Any) -> AsyncIterator[tuple[FakeUpstream
 async def test_upstream_redirects_are_relayed_never_followed(
         cluster: LocalCluster, make_gateway: Any, fake_upstream: tuple[FakeUpstream, str]) -> None:
     fake, url = fake_upstream
-    real = await KubeClient.from_kubeconfig(cluster.gateway_kubeconfig)
+    # The real API server issues the tokens; the FAKE one is the pass-through's upstream.
+    upstream = Upstream(url, None)
     try:
         setup = await make_gateway()
         user = await register_and_login(setup)
         workspace = await user.init()
-        gateway = await make_gateway(kube=RealTokensFakeUpstream(real, url))
+        gateway = await make_gateway(upstream=upstream)
         user.client = gateway
         answer = await user.call("GET", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps/redirect-me",
                                  allow_redirects=False)
@@ -66,7 +67,7 @@ async def test_upstream_redirects_are_relayed_never_followed(
         await asyncio.sleep(0.1)
         assert 'tenant_gateway_proxy_open_streams 0.0' in await metrics_text(gateway)
     finally:
-        await real.close()
+        upstream.close()
 
 
 async def test_client_disconnect_closes_the_upstream_watch(cluster: LocalCluster, gateway: Any) -> None:

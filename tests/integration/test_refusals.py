@@ -35,16 +35,16 @@ from kubernetes.client.rest import ApiException
 from kubernetes.stream import stream
 
 from devstack.cluster import LocalCluster
-from provisioning.kube.client import ClusterEndpoint, KubeClient
+from provisioning.kube.client import KubeClient
 from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.passthrough.gate import SPDY_REFUSED
+from proxy.passthrough.upstream import Upstream
 from tests.conftest import SESSION_SECRET
 from tests.gatewayclient import Session, admin_session, register_and_login
 from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
 from tests.pods import new_tenant
 from tests.replicas import gateway_process, tls_session
-from tests.fakes import RealTokensFakeUpstream
 
 pytestmark = pytest.mark.cluster
 
@@ -236,10 +236,10 @@ class Cable:
 async def test_an_unreachable_api_server(cluster: LocalCluster, make_gateway: Any, tmp_path: Path) -> None:
     real = await KubeClient.from_kubeconfig(cluster.gateway_kubeconfig)
     cable = Cable(real.endpoint.server)
+    # Tokens come straight from the API server; the pass-through goes through the cable.
+    upstream = Upstream(await cable.plug(), real.endpoint.ca_pem)
     try:
-        kube = RealTokensFakeUpstream(real, "")
-        kube.endpoint = ClusterEndpoint(await cable.plug(), real.endpoint.ca_pem)
-        gateway = await make_gateway(kube=kube)
+        gateway = await make_gateway(upstream=upstream)
         user, workspace = await tenant_with_pod(gateway)
         server, ns = server_of(gateway, workspace), workspace["namespace"]
         await run_kubectl(cluster, gateway, tmp_path, server, user.token, ns, "get", "pod", "sleeper", ok=True)
@@ -247,6 +247,7 @@ async def test_an_unreachable_api_server(cluster: LocalCluster, make_gateway: An
         await clients_show(cluster, gateway, tmp_path, server, user.token, ns, 503, "ServiceUnavailable",
                            "the Kubernetes API server is unreachable; retry later")
     finally:
+        upstream.close()
         await real.close()
 
 

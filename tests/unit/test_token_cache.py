@@ -55,8 +55,7 @@ class FakeTokenRequest:
 
 
 def key(namespace: str = "tenant-a", uid: str = "uid-1", **changes: str) -> TokenKey:
-    fields = {"cluster": "https://api:6443", "namespace": namespace, "service_account": "sa-tenant-admin",
-              "service_account_uid": uid, "audience": "", **changes}
+    fields = {"namespace": namespace, "service_account": "sa-tenant-admin", "service_account_uid": uid, **changes}
     return TokenKey(**fields)
 
 
@@ -179,9 +178,7 @@ async def test_a_short_lived_token_is_still_cached_for_half_its_life(
 @pytest.mark.parametrize("other", [
     key(namespace="tenant-b"),
     key(uid="uid-2"),
-    key(cluster="https://other:6443"),
     key(service_account="default"),
-    key(audience="https://gateway.example"),
 ])
 async def test_no_two_credentials_share_an_entry(
         cache: TenantTokenCache, fetch: FakeTokenRequest, other: TokenKey) -> None:

@@ -1,0 +1,51 @@
+"""The relay service: what the relays use once the gate has let a request
+through. Built once per application (proxy.app) and passed to every relay
+explicitly, beside the request and its Ticket.
+
+It holds the upstream (the only client that sends tenant tokens), the
+tenant-token cache, the registry of open streams, the audit writer and the
+metrics, and owns the two decisions every relay shares: which token a
+request goes with (and forgetting one the API server refused), and how a
+relayed request is recorded.
+"""
+
+from __future__ import annotations
+
+from provisioning.audit import AuditWriter
+from proxy.metrics import Metrics
+from proxy.passthrough.streams import StreamRegistry
+from proxy.passthrough.ticket import Ticket
+from proxy.passthrough.upstream import Upstream
+from proxy.token_cache import TenantTokenCache
+
+
+class Relay:
+    __slots__ = ("upstream", "pool", "tokens", "streams", "audit", "metrics")
+
+    def __init__(self, upstream: Upstream, tokens: TenantTokenCache, streams: StreamRegistry,
+                 audit: AuditWriter, metrics: Metrics) -> None:
+        self.upstream = upstream
+        self.pool = upstream.pool
+        self.tokens = tokens
+        self.streams = streams
+        self.audit = audit
+        self.metrics = metrics
+
+    def cached_token(self, ticket: Ticket) -> str | None:
+        """The tenant token if it is cached (the warm path: no coroutine), else None."""
+        return self.tokens.cached(ticket.token_key)
+
+    async def token(self, ticket: Ticket) -> str:
+        return await self.tokens.get(ticket.token_key)
+
+    def drop_token(self, ticket: Ticket, token: str) -> None:
+        """The API server refused `token` (401): forget it, unless a fresh
+        one has already replaced it."""
+        self.tokens.invalidate(ticket.token_key, token)
+
+    def record(self, ticket: Ticket, status: int) -> None:
+        """Writes are recorded with the human identity; reads only counted."""
+        if not ticket.decision.is_write:
+            self.metrics.proxy_read()
+            return
+        self.audit.enqueue(ticket.event("ProxyWrite", status=status))
