@@ -79,12 +79,15 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     gate = Gate(settings.cors_origins)
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:
-        app[keys.OIDC] = registry = OIDCRegistry(settings.oidc_providers)
+        app[keys.OIDC] = registry = OIDCRegistry(settings.oidc_providers,
+                                                 discovery_seconds=settings.oidc_discovery_seconds)
         yield
         await registry.close()
 
     async def database(app: web.Application) -> AsyncIterator[None]:
-        db = await Database.connect(database_dsn, on_checkout=metrics.database_checkouts.inc)
+        db = await Database.connect(database_dsn, max_size=settings.database_pool_size,
+                                    timeout=settings.database_timeout_seconds,
+                                    on_checkout=metrics.database_checkouts.inc)
         if apply_migrations:
             async with db.connection() as connection:
                 await migrate(connection)
@@ -96,7 +99,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     async def events_and_sessions(app: web.Application) -> AsyncIterator[None]:
         app[keys.EVENTS] = events = EventListener(database_dsn)
         app[keys.AUTHENTICATOR] = Authenticator(app[keys.DATABASE], settings.session_secret_value, events,
-                                                oidc=app[keys.OIDC], clock=clock)
+                                                oidc=app[keys.OIDC], cache_seconds=settings.session_cache_seconds,
+                                                clock=clock)
         await events.start()
         yield
         await events.stop(timeout=min(2.0, drain.remaining() / 2))
@@ -118,7 +122,10 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
     async def pass_through_upstream(app: web.Application) -> AsyncIterator[None]:
         endpoint = app[keys.KUBE].endpoint
-        app[keys.UPSTREAM] = client = upstream or Upstream(endpoint.server, endpoint.ca_pem)
+        app[keys.UPSTREAM] = client = upstream or Upstream(
+            endpoint.server, endpoint.ca_pem, connect_timeout=settings.upstream_connect_timeout_seconds,
+            timeout=settings.upstream_timeout_seconds, keepalive_seconds=settings.upstream_keepalive_seconds,
+            idle_connections=settings.upstream_idle_connections)
         yield
         if upstream is None:
             client.close()
@@ -156,7 +163,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
         events.subscribe(on_identity_event)
         directory = WorkspaceDirectory(app[keys.DATABASE], events, on_change=on_workspace_change,
-                                       on_reset=streams.cut_all, clock=clock)
+                                       on_reset=streams.cut_all, cache_seconds=settings.workspace_cache_seconds,
+                                       clock=clock)
         gate.open(app[keys.AUTHENTICATOR], directory,
                   Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics))
         yield

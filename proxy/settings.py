@@ -108,6 +108,33 @@ class Settings:
     """Renew a cached tenant token when less than this remains (the spec's 10 min)."""
     proxy_token_ttl_seconds: int = 3600
     """Tokens the proxy caches live an hour: long enough to amortise, short enough to age out."""
+    session_cache_seconds: float = 60.0
+    """How long a replica trusts a session it has read. Logout, expiry and
+    suspension evict it at once, on every replica (events); this is the
+    backstop for an event that could not be delivered."""
+    workspace_cache_seconds: float = 300.0
+    """The same backstop for workspaces (suspension, resume, a new ServiceAccount)."""
+    upstream_connect_timeout_seconds: float = 5.0
+    """A TCP and TLS connection to the API server; longer is an outage (503)."""
+    upstream_timeout_seconds: float = 60.0
+    """The whole exchange of an ordinary proxied request, body included, and
+    the wait for the answer to a WebSocket upgrade. The API server's own
+    limit for a request is 60 s; watches, log follows and exec have none."""
+    upstream_keepalive_seconds: float = 60.0
+    """An idle connection to the API server is not reused after this: under
+    the API server's own idle timeout (90 s), so the gateway never sends on
+    a connection the server is closing."""
+    upstream_idle_connections: int = 512
+    """Idle connections kept to the API server: enough for a burst of
+    clients without a TLS handshake each; beyond it they are closed."""
+    database_timeout_seconds: float = 5.0
+    """Any database command: a hung database turns into a 503 before a client gives up."""
+    database_pool_size: int = 10
+    """Connections to PostgreSQL per replica: warm proxied requests use none,
+    so this serves sign-ins, issuance and onboarding."""
+    oidc_discovery_seconds: float = 3600.0
+    """How long an identity provider's discovery document is kept. Its keys
+    are fetched again as soon as a token names one not yet known."""
     max_body_bytes: int = 3 * 1024 * 1024
     """Kubernetes itself refuses objects over ~3 MiB (etcd's limit)."""
     shutdown_drain_seconds: float = 5.0
@@ -239,8 +266,8 @@ def _seconds(name: str, text: str) -> float:
         value = float(text)
     except ValueError:
         raise SettingsError(f"{name} must be a number of seconds") from None
-    if not 0 < value < 3600:
-        raise SettingsError(f"{name} must be more than 0 and less than 3600 seconds")
+    if not 0 < value <= 86400:
+        raise SettingsError(f"{name} must be more than 0 and at most 86400 seconds (a day)")
     return value
 
 
@@ -305,6 +332,28 @@ VARIABLES: tuple[Variable, ...] = (
     _one("GATEWAY_LOG_LEVEL", "log_level", _log_level, "the JSON log's level"),
     _one("GATEWAY_SHUTDOWN_DRAIN_SECONDS", "shutdown_drain_seconds", _seconds, "how long requests may finish after SIGTERM"),
     _one("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds", _seconds, "the whole stop's bound"),
+    # Runtime knobs: timeouts, cache lifetimes and pool sizes, each with its why on its Settings field.
+    _one("GATEWAY_PROXY_TOKEN_TTL_SECONDS", "proxy_token_ttl_seconds",
+         _whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)"),
+         "lifetime of the tenant tokens the proxy caches"),
+    _one("GATEWAY_PROXY_TOKEN_REFRESH_SECONDS", "proxy_token_refresh_margin_seconds", _whole(1),
+         "renew a cached tenant token with less than this left"),
+    _one("GATEWAY_SESSION_CACHE_SECONDS", "session_cache_seconds", _seconds,
+         "how long a session read is trusted if an event is lost"),
+    _one("GATEWAY_WORKSPACE_CACHE_SECONDS", "workspace_cache_seconds", _seconds,
+         "how long a workspace read is trusted if an event is lost"),
+    _one("GATEWAY_UPSTREAM_CONNECT_TIMEOUT_SECONDS", "upstream_connect_timeout_seconds", _seconds,
+         "connecting to the API server"),
+    _one("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", "upstream_timeout_seconds", _seconds,
+         "an ordinary proxied request's whole exchange"),
+    _one("GATEWAY_UPSTREAM_KEEPALIVE_SECONDS", "upstream_keepalive_seconds", _seconds,
+         "an idle connection to the API server is not reused after this"),
+    _one("GATEWAY_UPSTREAM_IDLE_CONNECTIONS", "upstream_idle_connections", _whole(0),
+         "idle connections kept to the API server"),
+    _one("GATEWAY_DATABASE_TIMEOUT_SECONDS", "database_timeout_seconds", _seconds, "any database command"),
+    _one("GATEWAY_DATABASE_POOL_SIZE", "database_pool_size", _whole(1), "connections to PostgreSQL per replica"),
+    _one("GATEWAY_OIDC_DISCOVERY_SECONDS", "oidc_discovery_seconds", _seconds,
+         "how long a provider's discovery document is kept"),
     _files("GATEWAY_CONFIG", "a YAML file of the other variables", in_config_file=False),
 )
 """Every variable the gateway reads, declared once: the README's
@@ -355,6 +404,8 @@ def _check_together(settings: Settings) -> None:
         # The rest of the stop closes the database and writes queued audit rows.
         raise SettingsError("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS must exceed GATEWAY_SHUTDOWN_DRAIN_SECONDS "
                             "by at least 1 s (the rest of the stop needs it)")
+    if settings.proxy_token_refresh_margin_seconds >= settings.proxy_token_ttl_seconds:
+        raise SettingsError("GATEWAY_PROXY_TOKEN_REFRESH_SECONDS must be less than GATEWAY_PROXY_TOKEN_TTL_SECONDS")
     if settings.metrics_port == settings.listen_port != 0:
         raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
 

@@ -26,8 +26,9 @@ import asyncpg
 
 from provisioning.errors import BadRequest, DatabaseUnavailable
 
-# Short enough that a hung database turns into a 503 before a client gives up.
-_COMMAND_TIMEOUT = 5.0
+# Short enough that a hung database turns into a 503 before a client gives
+# up; the gateway's own pool takes GATEWAY_DATABASE_TIMEOUT_SECONDS.
+_DEFAULT_TIMEOUT = 5.0
 
 # The server is down, going down, overloaded, or no longer writable (a
 # failover left us on a standby): the caller can do nothing but retry later.
@@ -68,25 +69,30 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
 
 
 class Database:
-    def __init__(self, pool: asyncpg.Pool, on_checkout: Callable[[], None] | None = None) -> None:
+    def __init__(self, pool: asyncpg.Pool, on_checkout: Callable[[], None] | None = None,
+                 timeout: float = _DEFAULT_TIMEOUT) -> None:
         self.pool = pool
         self._on_checkout = on_checkout
+        self._timeout = timeout
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
-                      on_checkout: Callable[[], None] | None = None) -> "Database":
+                      on_checkout: Callable[[], None] | None = None,
+                      timeout: float = _DEFAULT_TIMEOUT) -> "Database":
         """`on_checkout` is called for every connection taken from the pool:
-        the metric that proves a warm proxied request never touches the database."""
+        the metric that proves a warm proxied request never touches the
+        database. `timeout` bounds connecting, waiting for a pooled
+        connection and every command."""
         try:
             pool = await asyncpg.create_pool(
-                dsn, min_size=min_size, max_size=max_size, command_timeout=_COMMAND_TIMEOUT,
-                timeout=_COMMAND_TIMEOUT, reset=_keep_session,
+                dsn, min_size=min_size, max_size=max_size, command_timeout=timeout,
+                timeout=timeout, reset=_keep_session,
             )
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
-        return cls(pool, on_checkout)
+        return cls(pool, on_checkout, timeout)
 
-    async def close(self, timeout: float = _COMMAND_TIMEOUT) -> None:
+    async def close(self, timeout: float = _DEFAULT_TIMEOUT) -> None:
         """Close gracefully, but never for longer than `timeout`: a server that
         vanished without closing its sockets never answers the goodbye, and
         asyncpg would wait for it (then raise). Whatever is left is cut."""
@@ -98,7 +104,7 @@ class Database:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
         try:
-            async with self.pool.acquire(timeout=_COMMAND_TIMEOUT) as connection:
+            async with self.pool.acquire(timeout=self._timeout) as connection:
                 if self._on_checkout is not None:
                     self._on_checkout()
                 yield connection

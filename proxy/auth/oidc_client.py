@@ -1,8 +1,8 @@
 """The gateway's only conversation with identity providers: discovery, keys, code exchange.
 
 One `ProviderClient` per configured provider, all sharing one outbound
-`ClientSession` (finite timeouts, bounded bodies). Discovery is cached for an
-hour; the JWKS is cached until a token names a key id it does not hold, then
+`ClientSession` (finite timeouts, bounded bodies). Discovery is cached for
+`discovery_seconds` (GATEWAY_OIDC_DISCOVERY_SECONDS, an hour); the JWKS is cached until a token names a key id it does not hold, then
 fetched again (key rotation), but at most once per `refetch_interval` per
 provider: a flood of tokens with made-up key ids costs the provider one
 request per interval, not one per token. Each fill is single-flight.
@@ -28,7 +28,6 @@ from proxy.auth.oidc_providers import OIDCProvider
 from proxy.auth.oidc_tokens import Identity, InvalidIdToken
 
 MAX_RESPONSE_BYTES = 1024 * 1024
-DISCOVERY_TTL_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -53,12 +52,14 @@ def _ssl_context(provider: OIDCProvider) -> ssl.SSLContext | None:
 
 class ProviderClient:
     def __init__(self, provider: OIDCProvider, session: aiohttp.ClientSession, *,
-                 clock: Callable[[], float] = time.monotonic, refetch_interval: float = 30.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, refetch_interval: float = 30.0,
+                 discovery_seconds: float = 3600.0) -> None:
         self.provider = provider
         self._session = session
         self._ssl = _ssl_context(provider)
         self._clock = clock
         self._refetch_interval = refetch_interval
+        self._discovery_seconds = discovery_seconds
         self._discovery: tuple[float, Discovery] | None = None
         self._keys: dict[str, jwt.PyJWK] = {}
         self._keys_fetched_at: float | None = None
@@ -81,7 +82,7 @@ class ProviderClient:
 
     def _fresh_discovery(self) -> Discovery | None:
         cached = self._discovery
-        if cached is not None and self._clock() - cached[0] < DISCOVERY_TTL_SECONDS:
+        if cached is not None and self._clock() - cached[0] < self._discovery_seconds:
             return cached[1]
         return None
 

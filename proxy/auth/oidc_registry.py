@@ -28,9 +28,11 @@ _TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
 
 
 class OIDCRegistry:
-    def __init__(self, providers: tuple[OIDCProvider, ...], *, refetch_interval: float = 30.0) -> None:
+    def __init__(self, providers: tuple[OIDCProvider, ...], *, refetch_interval: float = 30.0,
+                 discovery_seconds: float = 3600.0) -> None:
         self._session = aiohttp.ClientSession(timeout=_TIMEOUT, connector=aiohttp.TCPConnector(limit=32))
-        self.clients = {p.name: ProviderClient(p, self._session, refetch_interval=refetch_interval)
+        self.clients = {p.name: ProviderClient(p, self._session, refetch_interval=refetch_interval,
+                                               discovery_seconds=discovery_seconds)
                         for p in providers}
         self._by_issuer: dict[str, list[ProviderClient]] = {}
         for client in self.clients.values():

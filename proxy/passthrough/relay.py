@@ -20,12 +20,13 @@ from proxy.token_cache import TenantTokenCache
 
 
 class Relay:
-    __slots__ = ("upstream", "pool", "tokens", "streams", "audit", "metrics")
+    __slots__ = ("upstream", "pool", "timeout", "tokens", "streams", "audit", "metrics")
 
     def __init__(self, upstream: Upstream, tokens: TenantTokenCache, streams: StreamRegistry,
                  audit: AuditWriter, metrics: Metrics) -> None:
         self.upstream = upstream
         self.pool = upstream.pool
+        self.timeout = upstream.timeout
         self.tokens = tokens
         self.streams = streams
         self.audit = audit

@@ -23,7 +23,7 @@ from proxy.passthrough.http1 import Answer, UpstreamProtocolError
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SEND_FAILURES, SHORT_SECONDS, send_failed
+from proxy.passthrough.upstream import SEND_FAILURES, send_failed
 
 _CHUNK = 64 * 1024
 # A Namespace object, read and rewrapped by the gateway itself.
@@ -57,7 +57,7 @@ def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, 
         request.method, target, outgoing,
         body=request.content.iter_chunked(_CHUNK) if has_body else None,
         content_length=request.content_length if has_body else None,
-        timeout=None if decision.long_running else SHORT_SECONDS,
+        timeout=None if decision.long_running else relay.timeout,
     )
 
 

@@ -23,13 +23,6 @@ from typing import NoReturn
 from provisioning.errors import BadRequest, ClusterUnavailable, UpstreamError
 from proxy.passthrough.http1 import Pool, UpstreamProtocolError
 
-_CONNECT = 5.0
-SHORT_SECONDS = 60.0
-"""The whole exchange of an ordinary request, body included, or the wait for
-the answer to a WebSocket upgrade; watches, log follows and exec have no
-such bound once they run."""
-
-
 SEND_FAILURES = (ValueError, OSError, TimeoutError, UpstreamProtocolError)
 """What an exchange with the API server (`Pool.request`, `Pool.upgrade`, an
 answer's body) raises when it fails."""
@@ -54,9 +47,17 @@ def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:
 
 
 class Upstream:
-    def __init__(self, server: str, ca_pem: bytes | None) -> None:
+    """`timeout` bounds the whole exchange of an ordinary request, body
+    included, or the wait for the answer to a WebSocket upgrade; watches,
+    log follows and exec have no such bound once they run. The defaults are
+    the settings' (proxy.settings: GATEWAY_UPSTREAM_*)."""
+
+    def __init__(self, server: str, ca_pem: bytes | None, *, connect_timeout: float = 5.0, timeout: float = 60.0,
+                 keepalive_seconds: float = 60.0, idle_connections: int = 512) -> None:
         self.server = server.rstrip("/")
-        self.pool = Pool(self.server, ssl_context(ca_pem), connect_timeout=_CONNECT)
+        self.timeout = timeout
+        self.pool = Pool(self.server, ssl_context(ca_pem), connect_timeout=connect_timeout,
+                         keepalive_seconds=keepalive_seconds, max_idle=idle_connections)
 
     def close(self) -> None:
         self.pool.close()

@@ -38,7 +38,7 @@ from proxy.passthrough.relay import Relay
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SEND_FAILURES, SHORT_SECONDS, send_failed
+from proxy.passthrough.upstream import SEND_FAILURES, send_failed
 
 # Sent with close code 1001 when the gateway stops: the client may reconnect at once.
 GOING_AWAY_REASON = b"the gateway is shutting down; reconnect"
@@ -246,7 +246,7 @@ async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: st
         # No read timeout once it runs, but the answer to the upgrade comes
         # as soon as the kubelet has started the stream.
         upgrade = await upstream.pool.upgrade(f"{decision.upstream_path}?{query}" if query else decision.upstream_path,
-                                              outgoing, timeout=SHORT_SECONDS)
+                                              outgoing, timeout=upstream.timeout)
     except SEND_FAILURES as error:
         send_failed(error)
     if upgrade.status == 101:

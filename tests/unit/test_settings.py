@@ -52,6 +52,12 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_RATE_KUBECONFIG": "0/60"}, "positive"),
     ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "0"}, "at least 1"),
     ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "many"}, "whole number"),
+    ({"GATEWAY_PROXY_TOKEN_TTL_SECONDS": "300"}, "at least 600"),
+    ({"GATEWAY_PROXY_TOKEN_REFRESH_SECONDS": "3600"}, "less than GATEWAY_PROXY_TOKEN_TTL_SECONDS"),
+    ({"GATEWAY_UPSTREAM_TIMEOUT_SECONDS": "-1"}, "more than 0"),
+    ({"GATEWAY_SESSION_CACHE_SECONDS": "86401"}, "at most 86400"),
+    ({"GATEWAY_DATABASE_POOL_SIZE": "0"}, "at least 1"),
+    ({"GATEWAY_UPSTREAM_IDLE_CONNECTIONS": "some"}, "whole number"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
     with pytest.raises(SettingsError) as refused:
@@ -139,6 +145,21 @@ def test_every_variable_is_declared_once_and_in_the_readme_table() -> None:
     assert all(variable.why for variable in VARIABLES)
     fields = [name for variable in VARIABLES for name in variable.fields]
     assert len(fields) == len(set(fields)) and set(fields) <= set(Settings.__dataclass_fields__)
+
+
+def test_timeouts_cache_lifetimes_and_pool_sizes_are_settings() -> None:
+    settings = load_settings({})
+    assert (settings.upstream_connect_timeout_seconds, settings.upstream_timeout_seconds,
+            settings.upstream_keepalive_seconds, settings.upstream_idle_connections) == (5.0, 60.0, 60.0, 512)
+    assert (settings.database_timeout_seconds, settings.database_pool_size) == (5.0, 10)
+    assert (settings.session_cache_seconds, settings.workspace_cache_seconds, settings.oidc_discovery_seconds) == (
+        60.0, 300.0, 3600.0)
+    assert (settings.proxy_token_ttl_seconds, settings.proxy_token_refresh_margin_seconds) == (3600, 600)
+    tuned = load_settings({"GATEWAY_UPSTREAM_TIMEOUT_SECONDS": "30", "GATEWAY_DATABASE_POOL_SIZE": "4",
+                           "GATEWAY_WORKSPACE_CACHE_SECONDS": "0.5", "GATEWAY_PROXY_TOKEN_TTL_SECONDS": "1200",
+                           "GATEWAY_PROXY_TOKEN_REFRESH_SECONDS": "300"})
+    assert (tuned.upstream_timeout_seconds, tuned.database_pool_size, tuned.workspace_cache_seconds) == (30.0, 4, 0.5)
+    assert (tuned.proxy_token_ttl_seconds, tuned.proxy_token_refresh_margin_seconds) == (1200, 300)
 
 
 def test_the_log_level_is_a_setting() -> None:
