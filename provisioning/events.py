@@ -33,8 +33,9 @@ ResetHook = Callable[[], None]
 
 
 class EventListener:
-    def __init__(self, dsn: str, *, retry_seconds: float = 1.0) -> None:
+    def __init__(self, dsn: str, *, retry_seconds: float = 1.0, connect_timeout: float = 5.0) -> None:
         self._dsn = dsn
+        self._connect_timeout = connect_timeout
         self._retry_seconds = retry_seconds
         self._handlers: list[Handler] = []
         self._reset_hooks: list[ResetHook] = []
@@ -88,7 +89,7 @@ class EventListener:
         while not self._stopping:
             try:
                 self._lost.clear()
-                self._connection = await asyncpg.connect(self._dsn, timeout=5, server_settings={
+                self._connection = await asyncpg.connect(self._dsn, timeout=self._connect_timeout, server_settings={
                     "application_name": LISTENER_APPLICATION_NAME})
                 self._connection.add_termination_listener(lambda _c: self._lost.set())
                 await self._connection.add_listener(EVENTS_CHANNEL, self._on_notify)

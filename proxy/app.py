@@ -80,7 +80,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:
         app[keys.OIDC] = registry = OIDCRegistry(settings.oidc_providers,
-                                                 discovery_seconds=settings.oidc_discovery_seconds)
+                                                 discovery_seconds=settings.oidc_discovery_seconds,
+                                                 timeout_seconds=settings.oidc_timeout_seconds)
         yield
         await registry.close()
 
@@ -97,7 +98,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await db.close(timeout=max(0.2, drain.remaining() - 0.5))
 
     async def events_and_sessions(app: web.Application) -> AsyncIterator[None]:
-        app[keys.EVENTS] = events = EventListener(database_dsn)
+        app[keys.EVENTS] = events = EventListener(database_dsn, connect_timeout=settings.database_timeout_seconds)
         app[keys.AUTHENTICATOR] = Authenticator(app[keys.DATABASE], settings.session_secret_value, events,
                                                 oidc=app[keys.OIDC], cache_seconds=settings.session_cache_seconds,
                                                 clock=clock)

@@ -132,6 +132,9 @@ class Settings:
     database_pool_size: int = 10
     """Connections to PostgreSQL per replica: warm proxied requests use none,
     so this serves sign-ins, issuance and onboarding."""
+    oidc_timeout_seconds: float = 15.0
+    """Any one call to an identity provider (discovery, keys, code exchange):
+    they answer in well under a second, and a hung one must not hold a sign-in."""
     oidc_discovery_seconds: float = 3600.0
     """How long an identity provider's discovery document is kept. Its keys
     are fetched again as soon as a token names one not yet known."""
@@ -352,6 +355,7 @@ VARIABLES: tuple[Variable, ...] = (
          "idle connections kept to the API server"),
     _one("GATEWAY_DATABASE_TIMEOUT_SECONDS", "database_timeout_seconds", _seconds, "any database command"),
     _one("GATEWAY_DATABASE_POOL_SIZE", "database_pool_size", _whole(1), "connections to PostgreSQL per replica"),
+    _one("GATEWAY_OIDC_TIMEOUT_SECONDS", "oidc_timeout_seconds", _seconds, "any one call to an identity provider"),
     _one("GATEWAY_OIDC_DISCOVERY_SECONDS", "oidc_discovery_seconds", _seconds,
          "how long a provider's discovery document is kept"),
     _files("GATEWAY_CONFIG", "a YAML file of the other variables", in_config_file=False),

@@ -23,14 +23,13 @@ from proxy.auth.oidc_client import ProviderClient
 from proxy.auth.oidc_providers import OIDCProvider
 from proxy.auth.oidc_tokens import Identity, InvalidIdToken
 
-# Identity providers answer in well under a second; a hung one must not hold a sign-in.
-_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
 
 
 class OIDCRegistry:
     def __init__(self, providers: tuple[OIDCProvider, ...], *, refetch_interval: float = 30.0,
-                 discovery_seconds: float = 3600.0) -> None:
-        self._session = aiohttp.ClientSession(timeout=_TIMEOUT, connector=aiohttp.TCPConnector(limit=32))
+                 discovery_seconds: float = 3600.0, timeout_seconds: float = 15.0) -> None:
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=min(5.0, timeout_seconds))
+        self._session = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=32))
         self.clients = {p.name: ProviderClient(p, self._session, refetch_interval=refetch_interval,
                                                discovery_seconds=discovery_seconds)
                         for p in providers}
