@@ -37,9 +37,9 @@ class Drain:
         self.timeout_seconds = timeout_seconds
         self._clock = clock
         self.tasks: set[asyncio.Task[object]] = set()
-        """The requests in flight, by task: `enter` and `leave` keep it (the
-        front middleware in proxy.app adds and discards its own directly,
-        then calls `settle` once `watched`)."""
+        """The requests in flight, by task: the front middleware
+        (proxy.front) adds and discards its own, and calls `settle` once
+        `watched`."""
         self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()
         """Set when nothing is in flight, once `wait_idle` watches: until
@@ -97,14 +97,6 @@ class Drain:
             return None
         return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
                               headers={"Connection": "close"}, retry_after=1)
-
-    def enter(self, task: "asyncio.Task[object]") -> None:
-        self.tasks.add(task)
-
-    def leave(self, task: "asyncio.Task[object]") -> None:
-        self.tasks.discard(task)
-        if self.watched:
-            self.settle(task)
 
     def settle(self, task: "asyncio.Task[object]") -> None:
         """After `task` left, while `wait_idle` watches: idle if it was the last."""

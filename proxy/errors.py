@@ -84,7 +84,7 @@ def render(request: web.BaseRequest, error: GatewayError) -> web.Response:
 def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:
     """The answer to what a handler raised; re-raises what is not ours to
     answer. Called from an `except` block (the front middleware's, in
-    proxy.app), so a bug is logged with its traceback."""
+    proxy.front), so a bug is logged with its traceback."""
     if isinstance(error, GatewayError):
         if error.status >= 500:
             log.warning("request failed", extra={"code": error.code, "status": error.status,

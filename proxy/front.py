@@ -77,7 +77,7 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
                 return refused
         task = asyncio.current_task()
         assert task is not None
-        tasks.add(task)  # drain.enter, without a call
+        tasks.add(task)  # in flight, for the drain
         try:
             request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
             request[keys.CONTEXT] = (request_id, time.perf_counter())
@@ -97,7 +97,8 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
                 raise
             return answer
         finally:
-            tasks.discard(task)  # drain.leave, without a call while nothing waits for the drain
+            tasks.discard(task)
+            # Only while a stop waits for the drain: was this the last?
             if drain.watched:
                 drain.settle(task)
 

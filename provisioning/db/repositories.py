@@ -72,11 +72,6 @@ async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, em
     return _user(row)
 
 
-async def sso_user_by_subject(db: Database, issuer: str, subject: str) -> User | None:
-    row = await db.fetchrow("SELECT * FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2", issuer, subject)
-    return _user(row) if row else None
-
-
 async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
     row = await db.fetchrow("SELECT * FROM users WHERE id = $1", user_id)
     return _user(row) if row else None
@@ -91,10 +86,6 @@ async def set_user_status(db: Database, user_id: uuid.UUID, status: str) -> User
             await connection.execute(
                 "UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL", user_id)
     return _user(row) if row else None
-
-
-async def set_password_hash(db: Database, user_id: uuid.UUID, password_hash: str) -> None:
-    await db.fetchrow("UPDATE users SET password_hash = $2 WHERE id = $1", user_id, password_hash)
 
 
 # -- sessions -----------------------------------------------------------------

@@ -7,12 +7,16 @@ else, so no code path can attach the gateway's identity to a tenant's
 request.
 
 `pool` (proxy.passthrough.http1) carries every relayed request: kept-alive
-connections without limit (thousands of watches are normal), answers
-relayed byte for byte, gzip included, never decompressed, and redirects
-never followed, since the pool only ever sends what it is given. A
-WebSocket upgrade gets a connection of its own from it (`Pool.open`). It
-adds no header of its own beyond framing and, for an upgrade, the
-WebSocket handshake.
+connections, as many open at once as there are requests (thousands of
+watches are normal; only idle ones are capped), answers relayed byte for
+byte, gzip included, never decompressed, and redirects never followed,
+since the pool only ever sends what it is given. A WebSocket upgrade gets a
+connection of its own from it (`Pool.upgrade`). It adds no header of its
+own beyond framing and, for an upgrade, the WebSocket handshake.
+
+This module is also the one place where a failed exchange (`send_failed`)
+and an upgrade the API server refused (`upgrade_refused`) become the
+gateway's errors.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import ssl
 from typing import NoReturn
 
-from provisioning.errors import BadRequest, ClusterUnavailable, UpstreamError
+from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
 from proxy.passthrough.http1 import Pool, UpstreamProtocolError
 
 SEND_FAILURES = (ValueError, OSError, TimeoutError, UpstreamProtocolError)
@@ -30,13 +34,32 @@ answer's body) raises when it fails."""
 
 def send_failed(error: Exception) -> NoReturn:
     """The one mapping of a failed exchange to what the client is told; raise
-    it from the `except SEND_FAILURES` (a refused upgrade is
-    proxy.passthrough.websockets.UpgradeRefused, the API server's own status)."""
+    it from the `except SEND_FAILURES`."""
     if isinstance(error, ValueError):  # request_head refused a header
         raise BadRequest("a request header holds a line break", code="invalid_header") from None
     if isinstance(error, UpstreamProtocolError):
         raise UpstreamError() from error
     raise ClusterUnavailable() from error
+
+
+class UpgradeRefused(GatewayError):
+    """The API server did not switch protocols; its status is passed on."""
+
+    code = "upgrade_refused"
+
+    def __init__(self, status: int) -> None:
+        self.status = status if 400 <= status < 600 else 502
+        super().__init__(f"the Kubernetes API server refused the upgrade with status {status}")
+
+
+def upgrade_refused(status: int) -> NoReturn:
+    """The mapping of an upgrade the API server answered with anything but
+    101: its own error status, passed on (a 401 is retried once with a fresh
+    token by the caller), or a redirect, never chased: it would carry the
+    tenant's token where the tenant wall never looked."""
+    if 300 <= status < 400:
+        raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect")
+    raise UpgradeRefused(status)
 
 
 def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:

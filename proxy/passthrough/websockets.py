@@ -30,7 +30,7 @@ import hashlib
 from aiohttp import WSCloseCode, web
 from multidict import CIMultiDict
 
-from provisioning.errors import BadRequest, GatewayError, UpstreamError
+from provisioning.errors import BadRequest, UpstreamError
 from proxy.passthrough.framing import FrameBoundary
 from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.http1 import Upgrade
@@ -38,7 +38,7 @@ from proxy.passthrough.relay import Relay
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SEND_FAILURES, send_failed
+from proxy.passthrough.upstream import SEND_FAILURES, UpgradeRefused, send_failed, upgrade_refused
 
 # Sent with close code 1001 when the gateway stops: the client may reconnect at once.
 GOING_AWAY_REASON = b"the gateway is shutting down; reconnect"
@@ -49,16 +49,6 @@ _CLOSE_SECONDS = 2.0
 # pauses, each a wake-up, on a port-forward's bulk transfer.
 _WRITE_BUFFER_HIGH = 1024 * 1024
 _ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-
-class UpgradeRefused(GatewayError):
-    """The API server did not switch protocols; its status is passed on."""
-
-    code = "upgrade_refused"
-
-    def __init__(self, status: int) -> None:
-        self.status = status if 400 <= status < 600 else 502
-        super().__init__(f"the Kubernetes API server refused the upgrade with status {status}")
 
 
 def accept_key(key: str) -> str:
@@ -255,9 +245,7 @@ async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: st
         except UpstreamError:
             upgrade.abort()
             raise
-    if 300 <= upgrade.status < 400:  # never chased: it would carry the token where the tenant wall never looked
-        raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect")
-    raise UpgradeRefused(upgrade.status)
+    upgrade_refused(upgrade.status)
 
 
 async def relay_websocket(request: web.Request, ticket: Ticket, relay: Relay) -> web.StreamResponse:
