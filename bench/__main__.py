@@ -431,6 +431,15 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
             + rolling_verdicts(r["rolling_restart"]) + sso_verdicts(r["sso"]))
 
 
+def print_fair_share(r: dict[str, Any]) -> None:
+    print("\nfair share           victim GET      p50 ms   p99 ms   inside the API server: over 25 ms, over 50 ms")
+    for phase, load in (("idle", "victim_idle"), ("during_flood", "victim_during_flood")):
+        server = r.get("victim_in_server", {}).get(phase, {})
+        inside = (f"{server.get('over_25_ms', 0):.0f}, {server.get('over_50_ms', 0):.0f} of {server['requests']:.0f}"
+                  if server.get("requests") else "-")
+        print(f"  {'':<18} {phase:<14} {r[load]['p50_ms']:>7.2f}  {r[load]['p99_ms']:>7.2f}   {inside}")
+
+
 def print_table(r: dict[str, Any]) -> None:
     print("\nsmall GET            target          rps     p50 ms   p99 ms   CPU ms/request")
     for c in ("c1", "c32"):
@@ -446,6 +455,7 @@ def print_table(r: dict[str, Any]) -> None:
     for target, v in pods["exec_round_trip"].items():
         print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
               f"{pods['port_forward_mib_per_s'][target]:>12.1f}")
+    print_fair_share(r["fair_share"])
     print_sso(r["sso"])
     print("\ntarget                               measured     ok")
     for name, value, ok in verdicts(r):
