@@ -1,12 +1,15 @@
 """The pass-through through its test seams (proxy.app.create_app): a FAKE
 token issuer (`kube`), a FAKE API server as the pass-through's upstream
 (`upstream`) and a clock the test moves (`clock`). They show on cue what
-the real components take an hour to show: a tenant token is reused until
-its refresh point on the gateway's clock, then renewed; and what reaches
-the API server is that token alone, never the client's credential."""
+the real components take an hour to show, or cannot be made to do: a
+tenant token is reused until its refresh point on the gateway's clock, then
+renewed; what reaches the API server is that token alone, never the
+client's credential; and an API server that hangs is a 503 once the
+upstream timeout setting has passed."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 from typing import Any, AsyncIterator
@@ -32,12 +35,13 @@ class Clock:
 
 class FakeTokenIssuer:
     """A FAKE gateway client: it answers TokenRequests only, each with a new
-    token that lives an hour."""
+    token that lives an hour. Its endpoint is where the gateway's own
+    upstream goes when no `upstream` is passed."""
 
-    endpoint = ClusterEndpoint("https://127.0.0.1:1", None)
     ca_base64 = ""
 
-    def __init__(self) -> None:
+    def __init__(self, server: str = "https://127.0.0.1:1") -> None:
+        self.endpoint = ClusterEndpoint(server, None)
         self.issued: list[str] = []
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -65,18 +69,24 @@ async def api_server(aiohttp_server: Any) -> AsyncIterator[tuple[list[dict[str, 
     upstream.close()
 
 
-async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_clock(
-        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
-    seen, upstream = api_server
-    issuer, clock = FakeTokenIssuer(), Clock()
-    gateway = await make_gateway(kube=issuer, upstream=upstream, clock=clock)
+async def provisioned_workspace(gateway: Any) -> tuple[Any, str]:
+    """A signed-in user and the path of a configmap list in their workspace,
+    made in the database directly (no cluster in this ring)."""
     user = await register_and_login(gateway)
     db = gateway.server.app[keys.DATABASE]
     namespace = f"tenant-{user.user_id}"
     workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace, "sa-tenant-admin", "basic")
     await repo.finish_provisioning(db, workspace.id, "uid-1", AuditEvent("WorkspaceProvisioned", workspace.user_id,
                                                                          workspace.id, None, {}))
-    path = f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
+    return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
+
+
+async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_clock(
+        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+    seen, upstream = api_server
+    issuer, clock = FakeTokenIssuer(), Clock()
+    gateway = await make_gateway(kube=issuer, upstream=upstream, clock=clock)
+    user, path = await provisioned_workspace(gateway)
 
     async def get() -> str:
         answer = await gateway.get(path, headers={**user.bearer, "Impersonate-User": "admin",
@@ -93,3 +103,26 @@ async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_cl
     clock.now += 1
     assert await get() == "Bearer token-2"
     assert issuer.issued == ["token-1", "token-2"]
+
+
+async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_timeout_setting(
+        make_gateway: Any, aiohttp_server: Any) -> None:
+    """A FAKE API server that takes requests and never answers (a hung
+    server, which a real one cannot be made into on cue). The gateway's own
+    upstream, built from its settings, gives up after
+    GATEWAY_UPSTREAM_TIMEOUT_SECONDS and says the cluster is unavailable."""
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", hang)
+    server = await aiohttp_server(app)
+    gateway = await make_gateway(kube=FakeTokenIssuer(str(server.make_url("")).rstrip("/")),
+                                 GATEWAY_UPSTREAM_TIMEOUT_SECONDS="0.5")
+    user, path = await provisioned_workspace(gateway)
+    async with asyncio.timeout(10):  # the default (60 s) would not answer in time
+        answer = await gateway.get(path, headers=user.bearer)
+        body = await answer.json()
+    assert answer.status == 503, body
+    assert body["error"]["code"] == "cluster_unavailable" and body["kind"] == "Status"
