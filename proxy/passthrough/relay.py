@@ -11,6 +11,8 @@ relayed request is recorded.
 
 from __future__ import annotations
 
+from typing import Awaitable
+
 from provisioning.audit import AuditWriter
 from proxy.metrics import Metrics
 from proxy.passthrough.streams import StreamRegistry
@@ -36,8 +38,9 @@ class Relay:
         """The tenant token if it is cached (the warm path: no coroutine), else None."""
         return self.tokens.cached(ticket.token_key)
 
-    async def token(self, ticket: Ticket) -> str:
-        return await self.tokens.get(ticket.token_key)
+    def token(self, ticket: Ticket) -> Awaitable[str]:
+        """The cache's own fill, awaited by the caller: no coroutine of its own."""
+        return self.tokens.get(ticket.token_key)
 
     def drop_token(self, ticket: Ticket, token: str) -> None:
         """The API server refused `token` (401): forget it, unless a fresh

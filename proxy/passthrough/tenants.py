@@ -54,10 +54,9 @@ class WorkspaceDirectory:
         return self._cache.get(workspace_id) if self._events.connected else None
 
     async def get(self, workspace_id: uuid.UUID) -> Workspace | None:
-        if self._events.connected:
-            cached = self._cache.get(workspace_id)
-            if cached is not None:
-                return cached
+        cached = self.cached(workspace_id)
+        if cached is not None:
+            return cached
         generation = self._events.generation
         workspace = await repo.get_workspace(self._db, workspace_id)
         if workspace is not None and self._events.may_cache(generation):
