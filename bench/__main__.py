@@ -528,7 +528,7 @@ async def main() -> None:
                                                            round_trips=200 if QUICK else 1000,
                                                            sessions=50 if QUICK else 200)),
                                ("fair_share", fair_share(stack, tenant, flooder, create_configmaps,
-                                                         requests=300 if QUICK else 1000,
+                                                         requests=300 if QUICK else 3000,
                                                          flood_seconds=15 if QUICK else 40)),
                                ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
                                ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
