@@ -10,6 +10,7 @@ ingress talks plain HTTP to the gateway).
 from __future__ import annotations
 
 import ipaddress
+import re
 
 
 def canonical(text: str) -> str | None:
@@ -67,6 +68,17 @@ def rate_subject(address: str | None) -> str:
     if isinstance(parsed, ipaddress.IPv6Address):
         return str(ipaddress.IPv6Network((parsed, _IPV6_SUBSCRIBER_PREFIX), strict=False))
     return address
+
+
+# RFC 3986 host (a registered name or an IP literal) and an optional port:
+# what a Host header may hold when the gateway builds a URL from it.
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::[0-9]{1,5})?")
+
+
+def is_host(text: str) -> bool:
+    """Whether a Host header is a host and optional port, nothing else (no
+    spaces, tabs, control characters, non-ASCII, userinfo or path)."""
+    return _HOST.fullmatch(text) is not None
 
 
 def public_scheme(own_scheme: str, peer: str | None, forwarded_proto: str | None, trusted: frozenset[str]) -> str:

@@ -187,8 +187,10 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     return app
 
 
-def handler_args() -> dict[str, Any]:
+def handler_args(settings: Settings) -> dict[str, Any]:
     """Server knobs for `serve`: no per-request access log (metrics count
-    requests; errors are logged with their request id), and header limits
-    large enough for kubectl's long Accept headers and big session cookies."""
-    return {"access_log": None, "max_field_size": 16 * 1024, "max_line_size": 16 * 1024}
+    requests; errors are logged with their request id), header limits large
+    enough for kubectl's long Accept headers and big session cookies, and
+    idle connections closed (GATEWAY_CLIENT_IDLE_SECONDS)."""
+    return {"access_log": None, "max_field_size": 16 * 1024, "max_line_size": 16 * 1024,
+            "keepalive_timeout": settings.client_idle_seconds}

@@ -193,7 +193,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if settings.tls_cert_file and settings.tls_key_file:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
-    return asyncio.run(serve(app, settings, tls, handler_args()))
+    return asyncio.run(serve(app, settings, tls, handler_args(settings)))
 
 
 def _with_keycloak(settings: Settings) -> tuple[Settings, Callable[[], None]]:

@@ -114,6 +114,11 @@ class Settings:
     backstop for an event that could not be delivered."""
     workspace_cache_seconds: float = 300.0
     """The same backstop for workspaces (suspension, resume, a new ServiceAccount)."""
+    client_idle_seconds: float = 75.0
+    """A client's connection without a request in progress is closed after
+    this: between requests, and from its opening to its first request's
+    head, so a client trickling a head in cannot hold a connection (nginx's
+    keep-alive default; aiohttp's own is an hour)."""
     upstream_connect_timeout_seconds: float = 5.0
     """A TCP and TLS connection to the API server; longer is an outage (503)."""
     upstream_timeout_seconds: float = 60.0
@@ -345,6 +350,8 @@ VARIABLES: tuple[Variable, ...] = (
          "how long a session read is trusted if an event is lost"),
     _one("GATEWAY_WORKSPACE_CACHE_SECONDS", "workspace_cache_seconds", _seconds,
          "how long a workspace read is trusted if an event is lost"),
+    _one("GATEWAY_CLIENT_IDLE_SECONDS", "client_idle_seconds", _seconds,
+         "a client's connection without a request in progress is closed after this"),
     _one("GATEWAY_UPSTREAM_CONNECT_TIMEOUT_SECONDS", "upstream_connect_timeout_seconds", _seconds,
          "connecting to the API server"),
     _one("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", "upstream_timeout_seconds", _seconds,

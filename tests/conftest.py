@@ -161,7 +161,7 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     import aiohttp
     from aiohttp.test_utils import TestServer
 
-    from proxy.app import create_app
+    from proxy.app import create_app, handler_args
     from proxy.settings import load_settings
 
     server_context, ca_file = gateway_tls
@@ -175,7 +175,7 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
         seams = {"clock": clock} if clock is not None else {}
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
         server = TestServer(app, scheme="https")
-        await server.start_server(ssl=server_context)
+        await server.start_server(ssl=server_context, **handler_args(settings))
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(
             ssl=ssl.create_default_context(cafile=str(ca_file))))
         client.ca_file = ca_file

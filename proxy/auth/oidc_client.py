@@ -26,6 +26,7 @@ from provisioning.errors import ServiceUnavailable, Unauthenticated
 from proxy.auth import oidc_tokens
 from proxy.auth.oidc_providers import OIDCProvider
 from proxy.auth.oidc_tokens import Identity, InvalidIdToken
+from proxy.bodies import read_at_most
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 
@@ -70,7 +71,7 @@ class ProviderClient:
     async def _get_json(self, url: str) -> Any:
         try:
             async with self._session.get(url, ssl=self._ssl if self._ssl is not None else True) as answer:
-                raw = await answer.content.read(MAX_RESPONSE_BYTES + 1)
+                raw = await read_at_most(answer.content, MAX_RESPONSE_BYTES)
                 if answer.status != 200 or len(raw) > MAX_RESPONSE_BYTES:
                     raise ProviderUnavailable()
         except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError):
@@ -159,7 +160,7 @@ class ProviderClient:
             async with self._session.post(discovery.token_endpoint, data=form,
                                           headers={"Authorization": f"Basic {basic}", "Accept": "application/json"},
                                           ssl=self._ssl if self._ssl is not None else True) as answer:
-                raw = await answer.content.read(MAX_RESPONSE_BYTES + 1)
+                raw = await read_at_most(answer.content, MAX_RESPONSE_BYTES)
                 status = answer.status
         except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError):
             raise ProviderUnavailable() from None

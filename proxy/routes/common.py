@@ -11,8 +11,9 @@ from aiohttp import web
 
 from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, UnsupportedMediaType
 from proxy import keys
-from proxy.addresses import client_address, public_scheme
+from proxy.addresses import client_address, is_host, public_scheme
 from proxy.auth.authenticating import Principal
+from proxy.bodies import read_at_most
 
 # API bodies are tiny JSON objects; kubeconfig-sized bodies never come this way.
 MAX_JSON_BYTES = 64 * 1024
@@ -52,15 +53,19 @@ def client_ip(request: web.Request) -> str | None:
 def public_origin(request: web.Request) -> str:
     """The gateway's origin as the browser sees it, also behind a trusted
     TLS-terminating proxy (which keeps the Host header)."""
+    host = request.host
+    if not is_host(host):
+        # It would end up in a kubeconfig, a redirect URI or a sign-in link.
+        raise BadRequest("the Host header is not a host name", code="invalid_host")
     scheme = public_scheme(request.scheme, _peer_host(request), request.headers.get("X-Forwarded-Proto"),
                            request.app[keys.SETTINGS].trusted_proxies)
-    return f"{scheme}://{request.host}"
+    return f"{scheme}://{host}"
 
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
     if request.content_length is not None and request.content_length > MAX_JSON_BYTES:
         raise PayloadTooLarge()
-    raw = await request.content.read(MAX_JSON_BYTES + 1)
+    raw = await read_at_most(request.content, MAX_JSON_BYTES)
     if len(raw) > MAX_JSON_BYTES:
         raise PayloadTooLarge()
     if not raw.strip():

@@ -1,16 +1,22 @@
 """Hostile input on the gateway's own routes: malformed, oversized, overlong,
-wrongly typed bodies and queries, NUL characters, forged forwarding headers;
-always the contract's 4xx, never a 500 (no cluster)."""
+wrongly typed bodies and queries, NUL characters, forged forwarding headers,
+a Host that is no host; always the contract's 4xx, never a 500. And what
+clients do that is not hostile but must still work: a body in pieces. A
+head trickled in is closed when its idle time is up (no cluster)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import ssl
 import uuid
-from typing import Any
+from typing import Any, AsyncIterator
 
 import pytest
 from multidict import CIMultiDict
 
+from devstack.processes import free_port
 from tests.gatewayclient import PASSWORD, admin_session, error_of, register_and_login, unique_email
 
 
@@ -23,6 +29,38 @@ async def test_malformed_json_is_400(gateway: Any, raw: bytes) -> None:
 async def test_oversized_body_is_413(gateway: Any) -> None:
     response = await gateway.post("/api/v1/auth/login", data=b"{" + b" " * 70_000 + b"}")
     assert (await error_of(response))[0] == 413
+
+
+async def pieces(*parts: bytes) -> AsyncIterator[bytes]:
+    """A body sent as chunks with pauses between them: each reaches the
+    gateway in a read of its own."""
+    for number, part in enumerate(parts):
+        if number:
+            await asyncio.sleep(0.1)
+        yield part
+
+
+async def test_a_body_that_arrives_in_pieces_is_read_whole(gateway: Any) -> None:
+    """One read of the body hands back only what has arrived: a valid body in
+    two pieces was an `invalid_json` 400."""
+    body = json.dumps({"email": unique_email(), "password": PASSWORD}).encode()
+    answer = await gateway.post("/api/v1/auth/register", data=pieces(body[:9], body[9:]),
+                                headers={"Content-Type": "application/json"})
+    assert answer.status == 201, await answer.text()
+    too_large = await gateway.post("/api/v1/auth/login", data=pieces(b"{" + b" " * 40_000, b" " * 40_000 + b"}"),
+                                   headers={"Content-Type": "application/json"})
+    assert (await error_of(too_large))[0] == 413
+
+
+@pytest.mark.parametrize("host", ["gw\tx.example", "g\u00e4tew\u00e4y.example", "user@gw.example", "gw.example/x",
+                                  "gw.example:99999x"])
+async def test_a_host_header_that_is_no_host_is_400(gateway: Any, host: str,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The gateway builds sign-in links and kubeconfigs from Host (when
+    GATEWAY_PUBLIC_URL is unset): anything but a host and port is refused."""
+    answer = await gateway.post("/api/v1/auth/device", json={}, headers={"Host": host})
+    assert await error_of(answer) == (400, "invalid_host")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 async def test_malformed_queries_are_400_and_literal_paths_are_not_ids(gateway: Any, database_url: str) -> None:
@@ -107,6 +145,22 @@ async def test_per_address_limits_count_an_ipv6_slash_64_as_one_address(make_gat
     assert elsewhere.status == 201
 
 
+async def test_sign_in_starts_count_an_ipv6_slash_64_as_one_address(make_gateway: Any) -> None:
+    """Device sign-in and single sign-on starts write a row each, unsigned in:
+    their per-address limit must not be dodged by moving inside a /64. (The
+    provider is not reachable: a start the limit lets through is a 503.)"""
+    gateway = await make_gateway(
+        GATEWAY_TRUSTED_PROXIES="127.0.0.1", GATEWAY_RATE_LOGIN="2/3600",
+        oidc_providers=[{"name": "org", "issuer": f"https://127.0.0.1:{free_port()}/realms/org",
+                         "client_id": "gateway", "client_secret": "s"}])
+    for path, method, allowed in (("/api/v1/auth/device", "POST", 200), ("/api/v1/auth/oidc/org/login", "GET", 503)):
+        for host in ("2001:db8:9:9::1", "2001:db8:9:9::2", "2001:db8:9:9:dead:beef:0:1"):
+            answer = await gateway.request(method, path, json={} if method == "POST" else None,
+                                           headers={"X-Forwarded-For": host}, allow_redirects=False)
+            expected = 429 if host.endswith("beef:0:1") else allowed
+            assert answer.status == expected, (path, host, await answer.text())
+
+
 async def test_nul_characters_are_refused_as_input_not_crashes(gateway: Any, database_url: str) -> None:
     """U+0000 is valid JSON and valid percent-encoding, but PostgreSQL text
     cannot hold it: wherever it would reach the database, the answer is 400."""
@@ -116,3 +170,24 @@ async def test_nul_characters_are_refused_as_input_not_crashes(gateway: Any, dat
     root = await admin_session(gateway, database_url)
     audit = await root.call("GET", "/api/v1/audit?action=%00")
     assert (audit.status, (await audit.json())["error"]["code"]) == (400, "invalid_text")
+
+
+async def test_a_connection_that_trickles_its_head_in_is_closed_when_idle_time_is_up(make_gateway: Any) -> None:
+    """Slowloris: a client that sends half a request head and waits holds a
+    connection (a descriptor, TLS state) for nothing; the gateway closes it
+    after GATEWAY_CLIENT_IDLE_SECONDS, as it does between requests."""
+    gateway = await make_gateway(GATEWAY_CLIENT_IDLE_SECONDS="1")
+    context = ssl.create_default_context(cafile=str(gateway.ca_file))
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.server.port, ssl=context,
+                                                   server_hostname="127.0.0.1")
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):  # aiohttp's own default would hold it an hour
+            try:
+                left = await reader.read()
+            except (ConnectionError, ssl.SSLError):  # closed either way
+                left = b""
+        assert left == b""
+    finally:
+        writer.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.addresses import client_address, rate_subject
+from proxy.addresses import client_address, is_host, rate_subject
 from proxy.ratelimit import retry_after
 from proxy.settings import RateLimit
 
@@ -45,3 +45,13 @@ def test_rate_limit_arithmetic() -> None:
     assert retry_after(3, 10.0, limit) is None
     assert retry_after(4, 10.2, limit) == 11
     assert retry_after(9, 0.0, limit) == 1
+
+
+@pytest.mark.parametrize("host, valid", [
+    ("gw.example", True), ("gw.example:8443", True), ("127.0.0.1:8080", True), ("[::1]:8443", True),
+    ("[2001:db8::1]", True), ("xn--gtewy-gra.example", True),
+    ("", False), ("gw\tx", False), ("g\u00e4tew\u00e4y", False), ("gw example", False), ("user@gw", False),
+    ("gw/x", False), ("gw:99999x", False), ("gw:", False), ("gw\r\nX: y", False), ("[::1", False),
+])
+def test_a_host_header_is_a_host_and_a_port(host: str, valid: bool) -> None:
+    assert is_host(host) is valid
