@@ -112,6 +112,8 @@ DOCUMENT: dict[str, Any] = {
             _query("limit", "integer")])},
         "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},
         "/": {"get": _op("The web console (its page)", 200, auth=False, ok_type="text/html")},
+        "/device": {"get": _op("The web console's page for approving a device sign-in (verification_uri)", 200,
+                               auth=False, ok_type="text/html")},
         "/console/{name}": {"get": _op("The web console's scripts and style", 200, auth=False, ok_type="text/javascript",
                                        errors=(404,), params=[
             {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}])},

@@ -86,7 +86,9 @@ async function providers() {
     if (!(error instanceof ApiError && error.status === 404)) return; // no single sign-on here
   }
   for (const provider of found ?? []) {
-    box.append(h("a", { class: "button", href: provider.login_url, text: `Sign in with ${provider.display_name || provider.name}` }));
+    // Back to this page after signing in (the device page keeps its code).
+    const next = location.pathname === "/" ? "" : `?next=${encodeURIComponent(location.pathname + location.search)}`;
+    box.append(h("a", { class: "button", href: provider.login_url + next, text: `Sign in with ${provider.display_name || provider.name}` }));
   }
 }
 
@@ -122,8 +124,43 @@ async function load() {
   $("sign-out").hidden = false;
   $("who").textContent = state.me.email + (state.me.is_admin ? " (administrator)" : "");
   renderTabs();
+  if (location.pathname === DEVICE_PAGE) {
+    deviceView();
+    return;
+  }
   const view = VIEWS[state.view];
   show(view && (!view.admin || state.me.is_admin) ? state.view : "My workspace");
+}
+
+// ---- device sign-in ------------------------------------------------------
+
+// `tenant-gateway login` sends its user here, to /device?user_code=...
+// The code is approved by a click, never by opening the link: a link that
+// someone else started and sent must not sign their command line in as you.
+const DEVICE_PAGE = "/device";
+
+function deviceView() {
+  stopView();
+  for (const tab of $("views").children) tab.setAttribute("aria-current", "false");
+  const code = h("input", { id: "user-code", name: "user_code", autocomplete: "off", spellcheck: "false", required: true,
+    maxlength: 32, value: new URLSearchParams(location.search).get("user_code") ?? "" });
+  const approve = h("button", { type: "submit", class: "primary" }, "Approve");
+  const form = h("form", {},
+    h("label", { for: "user-code", text: "Code" }), code,
+    h("div", { class: "row" }, approve, h("button", { type: "button", onclick: () => show("My workspace") }, "Cancel")));
+  const root = h("section", { class: "card narrow", "aria-labelledby": "view-title" },
+    h("h2", { id: "view-title", text: "Sign in a command line" }),
+    h("p", { text: `The command line that shows this code will act as ${state.me.email} until you sign it out. ` +
+      "Approve only if you ran tenant-gateway login yourself, just now." }),
+    form);
+  form.addEventListener("submit", busy(approve, async () => {
+    await call("POST", "/api/v1/auth/device/approve", { body: { user_code: code.value } });
+    history.replaceState(null, "", "/");
+    root.replaceChildren(h("h2", { id: "view-title", text: "Command line signed in" }),
+      h("p", { text: "Go back to your terminal: it carries on by itself." }));
+  }));
+  $("view").replaceChildren(root);
+  code.focus();
 }
 
 // ---- views ---------------------------------------------------------------
@@ -154,6 +191,7 @@ function renderTabs() {
 }
 
 function show(name) {
+  if (location.pathname === DEVICE_PAGE) history.replaceState(null, "", "/");
   stopView();
   if (state.noticeFrom !== "session") clearNotice();
   state.view = name;

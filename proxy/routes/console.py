@@ -55,6 +55,13 @@ async def index(request: web.Request) -> web.Response:
     return _answer("index.html")
 
 
+@routes.get("/device")
+async def device(request: web.Request) -> web.Response:
+    """Where `tenant-gateway login` sends its user (the device sign-in's
+    verification_uri): the console, which shows the approval there."""
+    return _answer("index.html")
+
+
 @routes.get(f"/console/{_ASSET}")
 async def asset(request: web.Request) -> web.Response:
     return _answer(request.match_info["name"])
