@@ -110,9 +110,10 @@ class Database:
                 yield connection
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
-        except asyncpg.exceptions.CharacterNotInRepertoireError:
-            # PostgreSQL text cannot hold U+0000, which JSON escapes and
-            # percent-encoding can both carry in: the client's input, not a fault.
+        except (asyncpg.exceptions.CharacterNotInRepertoireError, asyncpg.exceptions.UntranslatableCharacterError):
+            # PostgreSQL text (22021) and jsonb (22P05, `\u0000`) cannot hold
+            # U+0000, which JSON escapes and percent-encoding can both carry
+            # in: the client's input, not a fault.
             raise BadRequest("text must not contain NUL characters", code="invalid_text") from None
 
     @contextlib.asynccontextmanager

@@ -57,6 +57,11 @@ class UpstreamProtocolError(Exception):
     """The API server's answer could not be read as HTTP/1.1."""
 
 
+class UnsafeHead(ValueError):
+    """A request line or header would not survive as one line: refused
+    before anything is sent (the client's mistake, not the API server's)."""
+
+
 class UpstreamConnectionLost(ConnectionError):
     """The connection ended before the answer did."""
 
@@ -80,8 +85,11 @@ def request_head(method: str, target: str, host: str, headers: CIMultiDict[str],
     head = "\r\n".join(lines)
     # Every line break must be one of the separators just put in.
     if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1 or "\0" in head:
-        raise ValueError("a request line or header holds a line break")
-    return (head + "\r\n\r\n").encode("utf-8", "surrogateescape")
+        raise UnsafeHead("a request line or header holds a line break")
+    try:
+        return (head + "\r\n\r\n").encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no byte decoded to
+        raise UnsafeHead("a request line or header is not text") from None
 
 
 class Answer:

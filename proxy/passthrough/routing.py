@@ -41,6 +41,7 @@ _METHODS = _READS | _WRITES
 _SAFE_CHARS = "A-Za-z0-9_~:@!$&'()*+,=-"
 _RAW_SEGMENT = re.compile(rf"(?:[.{_SAFE_CHARS}]|%[0-9A-Fa-f]{{2}})+")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _SAFE_DECODED = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_~:@!$&'()*+,=-"
 )
@@ -158,7 +159,10 @@ def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Deci
     path = _parse_path(raw_path)
     if path is None:
         return _deny(method, "the path is not in canonical form")
-    if not raw_query.isascii() or "#" in raw_query:
+    if not raw_query.isascii() or "#" in raw_query or ";" in raw_query or _BAD_ESCAPE.search(raw_query):
+        # Go's url.ParseQuery drops a pair holding ";" or a broken escape,
+        # where Python's parse_qsl keeps it: the API server and the tenant
+        # wall (and an exec's audit row) would read different queries.
         return _deny(method, "the query is not in canonical form")
     parts = path.decoded
     upstream = "/" + "/".join(path.raw)
@@ -166,8 +170,11 @@ def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Deci
     query = parse_qsl(raw_query, keep_blank_values=True)
 
     def forward(long_running: bool = False, is_exec: bool = False) -> Decision:
-        return Decision("forward", upstream, raw_query, long_running or _query_flag(query, "watch"), is_write,
-                        is_exec)
+        # `watch` makes only a read a watch; on a write the API server ignores
+        # it, and the write keeps the upstream timeout (a body trickled in
+        # must not hold a connection for ever).
+        watch = method in _READS and _query_flag(query, "watch")
+        return Decision("forward", upstream, raw_query, long_running or watch, is_write, is_exec)
 
     if not parts:
         return _deny(method, "the root path is not proxied")

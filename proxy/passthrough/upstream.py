@@ -25,17 +25,20 @@ import ssl
 from typing import NoReturn
 
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
-from proxy.passthrough.http1 import Pool, UpstreamProtocolError
+from proxy.passthrough.http1 import Pool, UnsafeHead, UpstreamProtocolError
 
-SEND_FAILURES = (ValueError, OSError, TimeoutError, UpstreamProtocolError)
+SEND_FAILURES = (UnsafeHead, OSError, TimeoutError, UpstreamProtocolError)
 """What an exchange with the API server (`Pool.request`, `Pool.upgrade`, an
 answer's body) raises when it fails."""
 
 
 def send_failed(error: Exception) -> NoReturn:
     """The one mapping of a failed exchange to what the client is told; raise
-    it from the `except SEND_FAILURES`."""
-    if isinstance(error, ValueError):  # request_head refused a header
+    it from the `except SEND_FAILURES`. Only a head refused before sending is
+    the client's fault: a certificate the API server's CA did not sign
+    (ssl.SSLCertVerificationError, a ValueError too) is a cluster that cannot
+    be reached safely, so 503."""
+    if isinstance(error, UnsafeHead):
         raise BadRequest("a request header holds a line break", code="invalid_header") from None
     if isinstance(error, UpstreamProtocolError):
         raise UpstreamError() from error

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import hashlib
 
 from aiohttp import WSCloseCode, web
@@ -203,6 +204,18 @@ class _ClientBytes:
         self._tunnel.client_gone()
 
 
+def is_websocket_key(key: str | None) -> bool:
+    """A Sec-WebSocket-Key as RFC 6455 4.1 has it: 16 bytes, base64. Pure.
+    (aiohttp's own check lets a non-ASCII key reach a ValueError it does not
+    catch.)"""
+    if key is None:
+        return False
+    try:
+        return len(base64.b64decode(key.encode("ascii"), validate=True)) == 16
+    except (UnicodeEncodeError, binascii.Error):
+        return False
+
+
 def _well_formed(request: web.Request) -> bool:
     """The client's handshake is valid (GET, Upgrade, Connection, Version, Key).
 
@@ -213,7 +226,8 @@ def _well_formed(request: web.Request) -> bool:
     client's own list and finds a match. Given an empty list, it warned on
     every correct upgrade, quoting the offered protocols, which may hold a
     `base64url.bearer.authorization.k8s.io.` token."""
-    return web.WebSocketResponse(protocols=offered_subprotocols(request.headers)).can_prepare(request).ok
+    return (is_websocket_key(request.headers.get("Sec-WebSocket-Key"))
+            and web.WebSocketResponse(protocols=offered_subprotocols(request.headers)).can_prepare(request).ok)
 
 
 async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: str) -> tuple[Upgrade, str | None]:

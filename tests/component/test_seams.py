@@ -4,14 +4,19 @@ token issuer (`kube`), a FAKE API server as the pass-through's upstream
 the real components take an hour to show, or cannot be made to do: a
 tenant token is reused until its refresh point on the gateway's clock, then
 renewed; what reaches the API server is that token alone, never the
-client's credential; and an API server that hangs is a 503 once the
-upstream timeout setting has passed."""
+client's credential; an API server that hangs is a 503 once the
+upstream timeout setting has passed, and one whose certificate its CA did
+not sign is a 503 too. With them, hostile input that the pass-through
+refuses before the API server would see it is a 4xx: a NUL in an exec's
+command, a WebSocket key that is no key."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import ssl
 import uuid
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
@@ -126,3 +131,59 @@ async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_time
         body = await answer.json()
     assert answer.status == 503, body
     assert body["error"]["code"] == "cluster_unavailable" and body["kind"] == "Status"
+
+
+async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
+        make_gateway: Any, aiohttp_server: Any, gateway_tls: tuple[ssl.SSLContext, Path]) -> None:
+    """The API server shows a certificate the cluster's CA did not sign (a
+    rotation the gateway was not told of, or someone in between): the
+    gateway fails closed with a 503, never a 400 that blames the client, and
+    the tenant's token never leaves. (ssl.SSLCertVerificationError is a
+    ValueError as well as an OSError; it was mapped as a bad header.)"""
+    seen: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    server = await aiohttp_server(app, ssl=gateway_tls[0])
+    upstream = Upstream(f"https://127.0.0.1:{server.port}", None)  # the system's CAs, not the one that signed it
+    try:
+        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+        user, path = await provisioned_workspace(gateway)
+        answer_ = await gateway.get(path, headers=user.bearer)
+        assert await k8s_error(answer_) == (503, "cluster_unavailable")
+        assert seen == []
+    finally:
+        upstream.close()
+
+
+async def k8s_error(answer: Any) -> tuple[int, str]:
+    """Status and code of a refusal on /k8s (the contract's error, in a Kubernetes Status)."""
+    body = await answer.json()
+    assert body["kind"] == "Status" and body["code"] == answer.status, body
+    return answer.status, body["error"]["code"]
+
+
+def _exec_handshake(key: str) -> dict[str, str]:
+    return {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key}
+
+
+async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
+        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+    seen, upstream = api_server
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    exec_path = path.replace("/configmaps", "/pods/p/exec")
+    # A NUL in the command: PostgreSQL's jsonb cannot hold it in the exec's
+    # audit row, which comes first (no row, no session).
+    nul = await gateway.get(f"{exec_path}?command=%00&stdout=true", headers={**user.bearer,
+                                                                             **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+    assert await k8s_error(nul) == (400, "invalid_text")
+    # A key that is not 16 bytes of base64 (aiohttp's own check raised on non-ASCII).
+    for key in ("\u00e9", "not a key"):
+        refused = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={**user.bearer, **_exec_handshake(key)})
+        assert await k8s_error(refused) == (400, "bad_websocket_handshake"), key
+    assert seen == []

@@ -104,6 +104,10 @@ def test_forwarded(method: str, path: str, query: str, upstream: str) -> None:
     ("GET", f"/apis/example.com/v1/namespaces/{OWN}/pods/p/exec", "", False, False),
     # follow means nothing outside pods/{name}/log
     ("GET", f"/api/v1/namespaces/{OWN}/configmaps", "follow=true", False, False),
+    # nor watch on a write: it keeps the upstream timeout
+    ("POST", f"/api/v1/namespaces/{OWN}/configmaps", "watch=true", False, False),
+    ("PATCH", f"/api/v1/namespaces/{OWN}/configmaps/c", "watch=1", False, False),
+    ("DELETE", f"/api/v1/namespaces/{OWN}/configmaps", "watch=true", False, False),
 ])
 def test_long_running_and_exec(method: str, path: str, query: str, long_running: bool, is_exec: bool) -> None:
     decision = decide(method, path, query)
@@ -312,9 +316,15 @@ def test_the_query_is_forwarded_exactly_as_sent(query: str) -> None:
     assert decision.action == "forward" and decision.upstream_query == query
 
 
-@pytest.mark.parametrize("query", ["labelSelector=caf\u00e9", "limit=5#fragment"])
+@pytest.mark.parametrize("query", [
+    "labelSelector=caf\u00e9", "limit=5#fragment",
+    # pairs Go's url.ParseQuery drops and Python's parse_qsl keeps: the audit
+    # row would name the decoy container, the API server run in the real one
+    "container=decoy;&container=real&command=sh", "container=%zz&container=real", "limit=5%", "limit=5%2",
+])
 def test_a_query_that_is_not_canonical_is_refused(query: str) -> None:
     assert decide("GET", f"/api/v1/namespaces/{OWN}/configmaps", query).action == "deny"
+    assert decide("GET", f"/api/v1/namespaces/{OWN}/pods/p/exec", query).action == "deny"
 
 
 def test_watch_is_read_from_the_query_decoded_once_as_the_api_server_does() -> None:

@@ -6,13 +6,25 @@ import pytest
 from multidict import CIMultiDict
 
 from provisioning.errors import UpstreamError
-from proxy.passthrough.websockets import accept_key, chosen_subprotocol, close_frame
+from proxy.passthrough.websockets import accept_key, chosen_subprotocol, close_frame, is_websocket_key
 
 KEY = "dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 1.3's example
 
 
 def test_the_accept_key_is_rfc_6455s() -> None:
     assert accept_key(KEY) == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+
+
+@pytest.mark.parametrize("key, valid", [
+    (KEY, True),
+    (None, False), ("", False),
+    ("dGhlIHNhbXBsZQ==", False),  # 11 bytes, not 16
+    ("dGhlIHNhbXBsZSBub25jZQ", False),  # padding missing
+    ("dGhlIHNhbXBsZSBub25jZQ=!", False),
+    ("\u00e9", False), ("d\u00e9hlIHNhbXBsZSBub25jZQ==", False),  # non-ASCII: aiohttp's own check raised
+])
+def test_a_websocket_key_is_16_bytes_of_base64(key: str | None, valid: bool) -> None:
+    assert is_websocket_key(key) is valid
 
 
 def answer(**headers: str) -> CIMultiDict[str]:
