@@ -130,7 +130,10 @@ def cmd_migrate(settings: Settings) -> int:
         finally:
             await db.close()
 
-    applied = asyncio.run(run())
+    try:
+        applied = asyncio.run(run())
+    except GatewayError as error:
+        _fail(error.message, 1)
     print("applied: " + ", ".join(applied) if applied else "database is up to date")
     return 0
 
@@ -193,7 +196,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if settings.tls_cert_file and settings.tls_key_file:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
-    return asyncio.run(serve(app, settings, tls, handler_args(settings)))
+    try:
+        return asyncio.run(serve(app, settings, tls, handler_args(settings)))
+    except GatewayError as error:  # start-up failed: the database or the cluster cannot be reached
+        _fail(error.message, 1)
 
 
 def _with_keycloak(settings: Settings) -> tuple[Settings, Callable[[], None]]:

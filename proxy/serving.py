@@ -83,8 +83,8 @@ async def serve(app: web.Application, settings: Settings, tls: ssl.SSLContext | 
         loop.add_signal_handler(number, on_signal, number)
     runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=_CANCEL_AFTER_SECONDS,
                            handler_cancellation=True, **server_args)
-    await runner.setup()
     try:
+        await runner.setup()  # the cleanup contexts' start: what did start is closed again below
         site = web.TCPSite(runner, settings.listen_host, settings.listen_port, ssl_context=tls)
         await site.start()
         log.info("serving", extra={"listen": f"{settings.listen_host}:{settings.listen_port}", "tls": tls is not None})

@@ -228,3 +228,12 @@ def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env:
                       "reconcile")
     assert no_database.returncode == 2 and no_database.stdout == ""
     assert no_database.stderr == "error: the database is unreachable; retry later\n", no_database.stderr
+
+
+def test_migrate_and_serve_say_the_database_is_unreachable_in_one_line(gateway_env: dict[str, str]) -> None:
+    gone = {**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{free_port()}/gw",
+            "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"}
+    for command in ("migrate", "serve"):
+        result = run(gone, command)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.splitlines()[-1] == "tenant-gateway: the database is unreachable; retry later", command
