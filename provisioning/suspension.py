@@ -26,8 +26,10 @@ workspace provisioned. The API server caches successful token checks for
 about 10 s and RBAC matches the ServiceAccount by name, so resume waits until
 the fresh account is older than that cache before binding it.
 
-Suspend and resume of one workspace never interleave (an advisory lock);
-resume only resumes what is suspended.
+Suspend and resume of one workspace never interleave (an advisory lock): a
+resume that finds another operation under way is refused (409), a
+suspension waits for it and then runs, so the kill switch always ends in
+`suspended`. Resume only resumes what is suspended.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ from provisioning.tiers import Tier
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
 # The API server's token-authentication cache (~10 s), plus clock-skew margin.
 TOKEN_CACHE_GRACE_SECONDS = 15.0
+# How long a suspension waits for a resume (or another suspension) under way:
+# a resume is the grace above plus a few API calls.
+SUSPENSION_WAITS_SECONDS = 60.0
 # Listings of a suspended namespace's RoleBindings before giving up (503).
 _ROLEBINDING_PASSES = 5
 
@@ -102,7 +107,9 @@ async def _delete_every_rolebinding(kube: KubeClient, namespace: str) -> list[st
 
 async def suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor: User,
                   ip_address: str | None) -> Workspace:
-    async with repo.workspace_status_lock(db, workspace_id):
+    # An administrator's suspension waits for a resume under way (then undoes
+    # it) rather than being refused: it is the kill switch.
+    async with repo.workspace_status_lock(db, workspace_id, wait_seconds=SUSPENSION_WAITS_SECONDS):
         return await _suspend(db, kube, workspace_id, actor, ip_address)
 
 

@@ -217,18 +217,29 @@ async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, serv
 
 
 @contextlib.asynccontextmanager
-async def workspace_status_lock(db: Database, workspace_id: uuid.UUID) -> AsyncIterator[None]:
+async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
+                                wait_seconds: float = 0.0) -> AsyncIterator[None]:
     """Suspend and resume of one workspace, one at a time across replicas.
 
     A transaction-level advisory lock: released at commit, or when a crashed
-    replica's connection closes. The second caller is told, not queued: both
-    are long (resume waits out the API server's token cache).
+    replica's connection closes. Without `wait_seconds` a caller that finds
+    another operation under way is told (409), not queued: a resume is long
+    (it waits out the API server's token cache). With it, the caller waits
+    that long for the lock first: a suspension is never refused because a
+    resume happened to be running.
     """
     key = int.from_bytes(workspace_id.bytes[:8], "big", signed=True)
+    busy = Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
+                    code="operation_in_progress")
     async with db.transaction() as connection:
-        if not await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", key):
-            raise Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
-                           code="operation_in_progress")
+        if wait_seconds:
+            await connection.execute(f"SET LOCAL lock_timeout = {int(wait_seconds * 1000)}")
+            try:
+                await connection.execute("SELECT pg_advisory_xact_lock($1)", key, timeout=wait_seconds + 5)
+            except asyncpg.exceptions.LockNotAvailableError:
+                raise busy from None
+        elif not await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", key):
+            raise busy
         yield
 
 

@@ -305,7 +305,7 @@ async def test_resume_after_a_cut_short_suspension_leaves_old_kubeconfigs_dead(
         await connection.close()
     resuming = asyncio.create_task(root.call("POST", f"{path}/resume"))
     await asyncio.sleep(1)
-    meanwhile = await root.call("POST", f"{path}/suspend")
+    meanwhile = await root.call("POST", f"{path}/resume")
     assert meanwhile.status == 409 and (await meanwhile.json())["error"]["code"] == "operation_in_progress"
     resumed = await resuming
     assert await resumed.json() == {"id": workspace["id"], "status": "provisioned"}
@@ -314,3 +314,25 @@ async def test_resume_after_a_cut_short_suspension_leaves_old_kubeconfigs_dead(
     assert stale.returncode != 0 and "unauthorized" in stale.stderr.lower()
     fresh = save(tmp_path, "dave-2.kubeconfig", await dave.kubeconfig())
     assert kubectl(cluster, fresh, "get", "configmaps").returncode == 0
+
+
+async def test_a_suspension_during_a_resume_waits_for_it_and_wins(cluster: LocalCluster, gateway: Any,
+                                                                 database_url: str, tmp_path: Path) -> None:
+    """The kill switch is never refused: an administrator who suspends while
+    a resume is under way (its 15 s wait for the token cache) gets a 200 once
+    the resume is done, and the workspace ends suspended, with nothing issued
+    in between still working."""
+    erin = await register_and_login(gateway)
+    workspace = await erin.init()
+    path = f"/api/v1/workspaces/{workspace['id']}"
+    root = await admin_session(gateway, database_url)
+    assert (await root.call("POST", f"{path}/suspend")).status == 200
+    resuming = asyncio.create_task(root.call("POST", f"{path}/resume"))
+    await asyncio.sleep(1)
+    suspended = await root.call("POST", f"{path}/suspend")
+    assert suspended.status == 200, await suspended.text()
+    assert await suspended.json() == {"id": workspace["id"], "status": "suspended"}
+    assert (await resuming).status == 200  # it finished first: the suspension waited for it
+    assert (await (await root.call("GET", path)).json())["status"] == "suspended"
+    kubeconfig = await erin.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
+    assert kubeconfig.status == 403
