@@ -5,7 +5,7 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
 - it cannot open its namespace to anyone outside it (RoleBinding subjects);
 - a suspended namespace refuses every change by every identity but the
   gateway and cluster administrators, and suspension completes while
-  accomplices race it;
+  accomplices race it or pin what it deletes with finalizers;
 - no pod runs as the gateway-managed ServiceAccount or projects a token
   longer than a kubeconfig's 2 h;
 - no ExternalName Service points shared infrastructure elsewhere;
@@ -140,6 +140,32 @@ async def test_suspension_completes_while_accomplices_keep_trying_and_then_only_
     # (A ServiceAccount, which no quota counts: the racers may have used up the tier's ConfigMaps.)
     assert refusal(lambda: client.CoreV1Api(admin).create_namespaced_service_account(
         ns, {"metadata": {"name": "by-admin"}}))[0] == 200
+
+
+async def test_a_tenant_cannot_pin_what_suspension_must_delete_with_a_finalizer(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """A finalizer on a RoleBinding keeps it (and RBAC honours a binding being
+    deleted) after suspension's delete: the suspension could never finish and
+    the tenant's tokens would keep reading. On sa-tenant-admin it would keep
+    the account whose tokens suspension means to kill."""
+    alice = await onboard(gateway, tmp_path)
+    ns = alice.namespace
+    pin = {"metadata": {"finalizers": ["example.com/keep"]}}
+    worker = own_account(alice, "worker")
+    attempts = {
+        "patch the gateway's binding": lambda: alice.rbac.patch_namespaced_role_binding(
+            manifests.TENANT_ROLEBINDING, ns, pin),
+        "create a pinned binding": lambda: alice.rbac.create_namespaced_role_binding(
+            ns, {**binding("pinned", worker), "metadata": {"name": "pinned", **pin["metadata"]}}),
+        "patch sa-tenant-admin": lambda: alice.core.patch_namespaced_service_account(
+            manifests.TENANT_SERVICE_ACCOUNT, ns, pin),
+    }
+    for what, attempt in attempts.items():
+        status, message = refusal(attempt)
+        assert status == 403 and "may carry no finalizers" in message, (what, status, message)
+    # Its own accounts and unpinned bindings stay its to manage.
+    assert refusal(lambda: alice.core.patch_namespaced_service_account("worker", ns, pin))[0] == 200
+    assert refusal(lambda: alice.rbac.create_namespaced_role_binding(ns, binding("plain", worker)))[0] == 200
 
 
 # -- 3. no gateway-grade token outside the gateway ------------------------------
