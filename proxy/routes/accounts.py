@@ -11,8 +11,8 @@ from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
 from proxy.auth import passwords, sessions, signin
-from proxy.addresses import rate_subject
-from proxy.routes.common import ID_SEGMENT, admin, bounded_string, client_ip, principal, read_json, uuid_from
+from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, rate_address, read_json,
+                                 uuid_from)
 
 routes = web.RouteTableDef()
 
@@ -40,7 +40,7 @@ async def register(request: web.Request) -> web.Response:
     email = valid_email(body.get("email"))
     password = passwords.check_policy(body.get("password"), email)
     await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], settings.rate_register,
-                            {"register": rate_subject(ip)})
+                            {"register": rate_address(request)})
     password_hash = await passwords.hash_password(password)
     # One transaction: an account whose audit row failed would answer 503 and
     # then 409 on retry, a half-success.
@@ -67,7 +67,7 @@ async def login(request: web.Request) -> web.Response:
     email = bounded_string(body.get("email"), "email", MAX_EMAIL_LENGTH, code="invalid_credentials_format")
     password = bounded_string(body.get("password"), "password", passwords.MAX_LENGTH, code="invalid_credentials_format")
     await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login,
-                            {"login": rate_subject(ip), "login-email": email.strip().lower()})
+                            {"login": rate_address(request), "login-email": email.strip().lower()})
     found = await repo.user_with_hash_by_email(db, email.strip())
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, UnsupportedMediaType
 from proxy import keys
-from proxy.addresses import client_address, is_host, public_scheme
+from proxy.addresses import client_address, is_host, public_scheme, rate_subject
 from proxy.auth.authenticating import Principal
 from proxy.bodies import read_at_most
 
@@ -48,6 +48,12 @@ def _peer_host(request: web.Request) -> str | None:
 def client_ip(request: web.Request) -> str | None:
     return client_address(_peer_host(request), request.headers.getall("X-Forwarded-For", []),
                           request.app[keys.SETTINGS].trusted_proxies)
+
+
+def rate_address(request: web.Request) -> str:
+    """What every per-address rate limit counts for this request: the client's
+    address, an IPv6 /64 as one (proxy.addresses.rate_subject)."""
+    return rate_subject(client_ip(request))
 
 
 def public_origin(request: web.Request) -> str:

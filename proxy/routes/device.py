@@ -20,9 +20,8 @@ from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, GatewayError
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
-from proxy.addresses import rate_subject
 from proxy.auth import oidc_flow, signin
-from proxy.routes.common import client_ip, principal, public_origin, read_json
+from proxy.routes.common import client_ip, principal, public_origin, rate_address, read_json
 from proxy.routes.sso import login_path
 
 routes = web.RouteTableDef()
@@ -59,7 +58,7 @@ async def start(request: web.Request) -> web.Response:
     if provider is not None and (not isinstance(provider, str) or provider not in app[keys.OIDC].clients):
         raise BadRequest("no such identity provider", code="unknown_provider")
     await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login,
-                            {"device": rate_subject(client_ip(request))})
+                            {"device": rate_address(request)})
     device_code = secrets.token_urlsafe(32)
     for _ in range(5):
         user_code = _user_code()

@@ -15,10 +15,9 @@ from provisioning.db import repositories as repo
 from provisioning.errors import GatewayError, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
-from proxy.addresses import rate_subject
 from proxy.auth import oidc_flow, signin
 from proxy.auth.oidc_registry import admit
-from proxy.routes.common import client_ip, public_origin
+from proxy.routes.common import client_ip, public_origin, rate_address
 
 routes = web.RouteTableDef()
 _PREFIX = "/api/v1/auth/oidc"
@@ -46,7 +45,7 @@ async def login(request: web.Request) -> web.Response:
     app = request.app
     client = app[keys.OIDC].client(request.match_info["name"])
     await ratelimit.enforce(app[keys.DATABASE], app[keys.METRICS], app[keys.SETTINGS].rate_login,
-                            {"oidc-login": rate_subject(client_ip(request))})
+                            {"oidc-login": rate_address(request)})
     discovery = await client.discovery()
     start = oidc_flow.new_login()
     redirect_uri = _redirect_uri(request, client.provider.name)

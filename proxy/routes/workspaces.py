@@ -12,9 +12,8 @@ from provisioning.errors import BadRequest, Forbidden
 from provisioning.kubeconfig import render_exec_kubeconfig
 from provisioning.models import Workspace
 from proxy import keys, ratelimit
-from proxy.addresses import rate_subject
 from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, public_origin, query_flag,
-                                 query_uuid,
+                                 query_uuid, rate_address,
                                  read_json, uuid_from)
 
 routes = web.RouteTableDef()
@@ -39,7 +38,7 @@ async def init_workspace(request: web.Request) -> web.Response:
     result = await onboarding.onboarded_already(db, who.user, tier, tiers=settings.tiers)
     if result is None:  # only calls that may make something count against the limit
         await ratelimit.enforce(db, app[keys.METRICS], settings.rate_init,
-                                {"init": str(who.user.id), "init-address": rate_subject(ip)})
+                                {"init": str(who.user.id), "init-address": rate_address(request)})
         result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
                                           cluster_role=settings.tenant_clusterrole, ip_address=ip)
     return web.json_response(result.workspace.public(result.tier.summary()),

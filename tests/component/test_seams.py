@@ -86,6 +86,13 @@ async def provisioned_workspace(gateway: Any) -> tuple[Any, str]:
     return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
 
 
+async def k8s_error(answer: Any) -> tuple[int, str]:
+    """Status and code of a refusal on /k8s (the contract's error, in a Kubernetes Status)."""
+    body = await answer.json()
+    assert body["kind"] == "Status" and body["code"] == answer.status, body
+    return answer.status, body["error"]["code"]
+
+
 async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_clock(
         make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
     seen, upstream = api_server
@@ -127,10 +134,7 @@ async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_time
                                  GATEWAY_UPSTREAM_TIMEOUT_SECONDS="0.5")
     user, path = await provisioned_workspace(gateway)
     async with asyncio.timeout(10):  # the default (60 s) would not answer in time
-        answer = await gateway.get(path, headers=user.bearer)
-        body = await answer.json()
-    assert answer.status == 503, body
-    assert body["error"]["code"] == "cluster_unavailable" and body["kind"] == "Status"
+        assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
 
 
 async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
@@ -142,29 +146,21 @@ async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
     ValueError as well as an OSError; it was mapped as a bad header.)"""
     seen: list[str] = []
 
-    async def answer(request: web.Request) -> web.Response:
+    async def record(request: web.Request) -> web.Response:
         seen.append(request.path)
         return web.json_response({})
 
     app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
+    app.router.add_route("*", "/{tail:.*}", record)
     server = await aiohttp_server(app, ssl=gateway_tls[0])
     upstream = Upstream(f"https://127.0.0.1:{server.port}", None)  # the system's CAs, not the one that signed it
     try:
         gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
         user, path = await provisioned_workspace(gateway)
-        answer_ = await gateway.get(path, headers=user.bearer)
-        assert await k8s_error(answer_) == (503, "cluster_unavailable")
+        assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
         assert seen == []
     finally:
         upstream.close()
-
-
-async def k8s_error(answer: Any) -> tuple[int, str]:
-    """Status and code of a refusal on /k8s (the contract's error, in a Kubernetes Status)."""
-    body = await answer.json()
-    assert body["kind"] == "Status" and body["code"] == answer.status, body
-    return answer.status, body["error"]["code"]
 
 
 def _exec_handshake(key: str) -> dict[str, str]:
