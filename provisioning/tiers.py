@@ -13,10 +13,17 @@ A tier file (GATEWAY_TIERS_FILE) maps a tier name to either the quota's
 
 `hard` takes any ResourceQuota key. Every tier bounds what tenants share, so
 each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
-- `pods`, `services`, `secrets`, `configmaps`, `persistentvolumeclaims`:
-  how many such objects the namespace may hold (each one lives in etcd and
-  is watched by controllers); the `count/<resource>` spelling counts as
-  naming the key;
+- `pods`, `services`, `secrets`, `configmaps`, `persistentvolumeclaims`,
+  `replicationcontrollers`: how many such objects the namespace may hold
+  (each one lives in etcd and is watched by controllers); the
+  `count/<resource>` spelling counts as naming the key;
+- `count/<resource>.<group>` for every other kind tenant-admin may create
+  (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs,
+  HorizontalPodAutoscalers, Ingresses, PodDisruptionBudgets, Leases, Roles).
+  ServiceAccounts, RoleBindings and NetworkPolicies are not counted:
+  onboarding creates one of each alongside the quota, and quota admission
+  refuses every kind a quota names until the quota controller has first
+  counted the namespace, so counting them would fail onboarding at random;
 - `requests.storage`: the sum of all volume claims' requested storage;
 - `services.nodeports`: Services of type NodePort (or LoadBalancer, which
   allocates node ports too); a node port opens on every node, so 0 unless
@@ -60,11 +67,26 @@ SHARED_BOUNDS: Mapping[str, str] = {
     "secrets": "50",
     "configmaps": "50",
     "persistentvolumeclaims": "10",
+    "replicationcontrollers": "10",
     "requests.storage": "50Gi",
     "services.nodeports": "0",
     "services.loadbalancers": "0",
+    "count/deployments.apps": "20",
+    # Each Deployment keeps up to 10 old ReplicaSets (revisionHistoryLimit);
+    # fewer would stall rollouts before the Deployment count is reached.
+    "count/replicasets.apps": "220",
+    "count/statefulsets.apps": "10",
+    "count/daemonsets.apps": "5",
+    "count/jobs.batch": "50",
+    "count/cronjobs.batch": "10",
+    "count/horizontalpodautoscalers.autoscaling": "20",
+    "count/ingresses.networking.k8s.io": "20",
+    "count/poddisruptionbudgets.policy": "20",
+    "count/leases.coordination.k8s.io": "50",
+    "count/roles.rbac.authorization.k8s.io": "20",
 }
-_OBJECT_COUNTS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims")
+# The object counts the quota also knows by a short name.
+_OBJECT_COUNTS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims", "replicationcontrollers")
 _SUFFIXES = {
     "": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
     "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,

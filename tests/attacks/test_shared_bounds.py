@@ -84,6 +84,33 @@ async def test_the_object_after_the_tiers_count_is_refused(gateway: Any, tmp_pat
     assert len(core.list_namespaced_config_map(ns).items) == limit
 
 
+def cron_job(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name},
+            "spec": {"schedule": "0 0 1 1 *", "suspend": True, "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}
+
+
+def role(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}
+
+
+async def test_kinds_beyond_the_core_ones_are_counted_too(gateway: Any, tmp_path: Path) -> None:
+    """etcd holds CronJobs and Roles as it holds ConfigMaps: a tenant that
+    may create a kind cannot create it without end."""
+    alice = await onboard(gateway, tmp_path)
+    ns = alice.namespace
+    await quota_enforced(alice.core, ns)
+    batch, rbac = client.BatchV1Api(alice.api), alice.rbac
+    for key, create in (("count/cronjobs.batch", lambda n: batch.create_namespaced_cron_job(ns, cron_job(n))),
+                        ("count/roles.rbac.authorization.k8s.io",
+                         lambda n: rbac.create_namespaced_role(ns, role(n)))):
+        limit = int(BASIC.hard[key])
+        for number in range(limit):
+            create(f"o-{number}")
+        status, message = refusal(lambda: create("one-more"))
+        assert status == 403 and "exceeded quota" in message and key in message, message
+
+
 async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
         cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
     alice = await onboard(gateway, tmp_path)
@@ -99,8 +126,10 @@ async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
     assert hard == dict(BASIC.hard)
     # Spelled out, not only read from the tier under test: the bounds the old
     # quota lacked are there now (old code, whose tier was the old quota, fails here).
-    assert {key: hard.get(key) for key in ("services.nodeports", "services.loadbalancers", "configmaps", "pods")} == \
-        {"services.nodeports": "0", "services.loadbalancers": "0", "configmaps": "50", "pods": "50"}
+    assert {key: hard.get(key) for key in ("services.nodeports", "services.loadbalancers", "configmaps", "pods",
+                                           "count/deployments.apps")} == \
+        {"services.nodeports": "0", "services.loadbalancers": "0", "configmaps": "50", "pods": "50",
+         "count/deployments.apps": "20"}
 
 
 async def test_the_gateway_credential_changes_quotas_only_in_tenant_namespaces(cluster: LocalCluster) -> None:

@@ -10,8 +10,13 @@ import pytest
 from provisioning import manifests
 from provisioning.tiers import DEFAULT_TIERS, SHARED_BOUNDS, parse_tiers, quantity_value
 
-SHARED_KEYS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims",
-               "requests.storage", "services.nodeports", "services.loadbalancers")
+SHARED_KEYS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims", "replicationcontrollers",
+               "requests.storage", "services.nodeports", "services.loadbalancers",
+               "count/deployments.apps", "count/replicasets.apps", "count/statefulsets.apps",
+               "count/daemonsets.apps", "count/jobs.batch", "count/cronjobs.batch",
+               "count/horizontalpodautoscalers.autoscaling", "count/ingresses.networking.k8s.io",
+               "count/poddisruptionbudgets.policy", "count/leases.coordination.k8s.io",
+               "count/roles.rbac.authorization.k8s.io")
 
 
 def test_the_basic_tier_bounds_every_shared_resource_and_allows_no_node_port_or_load_balancer() -> None:
@@ -58,12 +63,12 @@ def quota(hard: dict[str, str]) -> dict[str, object]:
 
 def test_an_old_quota_gets_the_missing_bounds_and_loses_what_the_tier_dropped() -> None:
     tier = parse_tiers("t: {requests.cpu: '2', limits.memory: 4Gi}")["t"]
-    old = quota({"requests.cpu": "4", "limits.memory": "8Gi", "count/jobs.batch": "5"})
+    old = quota({"requests.cpu": "4", "limits.memory": "8Gi", "count/widgets.example.com": "5"})
     change = manifests.quota_convergence(old, tier)
     assert change is not None
     assert change.patch == {"spec": {"hard": {
-        "requests.cpu": "2", "limits.memory": "4Gi", "count/jobs.batch": None, **SHARED_BOUNDS}}}
-    assert "requests.cpu 4 -> 2" in change.described and "count/jobs.batch 5 -> unset" in change.described
+        "requests.cpu": "2", "limits.memory": "4Gi", "count/widgets.example.com": None, **SHARED_BOUNDS}}}
+    assert "requests.cpu 4 -> 2" in change.described and "count/widgets.example.com 5 -> unset" in change.described
     assert "services.nodeports unset -> 0" in change.described
 
 
