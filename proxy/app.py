@@ -39,6 +39,7 @@ from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
+from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.upstream import Upstream
@@ -67,7 +68,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app[keys.DRAIN] = drain
     app[keys.METRICS] = metrics = Metrics()
     app.on_response_prepare.append(response_hook(settings, metrics))
-    streams = StreamRegistry(metrics, settings.max_streams_per_workspace)
+    streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics))
 
     async def fetch_token(key: TokenKey) -> IssuedToken:
         return await request_token(app[keys.KUBE], key.namespace, key.service_account,
@@ -136,9 +137,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await tokens.aclose()  # fills still running
 
     async def open_streams(app: web.Application) -> AsyncIterator[None]:
+        await streams.slots.start(app[keys.DATABASE])
         drain.on_begin.append(streams.end_all)
         yield
         streams.cut_all()  # anything still open after the drain
+        await streams.slots.stop(timeout=max(0.2, drain.remaining() - 1.0))
 
     async def end_streams(app: web.Application) -> None:
         """Shutdown: ordinary requests get the drain timeout to finish, but a

@@ -103,7 +103,7 @@ class Settings:
     rate_kubeconfig: RateLimit = RateLimit(30, 60)
     """Kubeconfig and token issuance per user: each is a TokenRequest and an audit row."""
     max_streams_per_workspace: int = 100
-    """Open proxied streams (watch, logs, exec, attach, port-forward) per workspace; one more is 429."""
+    """Open proxied streams (watch, logs, exec, attach, port-forward) per workspace, over every replica; one more is 429."""
     proxy_token_refresh_margin_seconds: int = 600
     """Renew a cached tenant token when less than this remains (the spec's 10 min)."""
     proxy_token_ttl_seconds: int = 3600

@@ -10,7 +10,7 @@ import contextlib
 import datetime
 import json
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 import asyncpg
 
@@ -369,3 +369,70 @@ async def count_hits(db: Database, keys: list[str], window_seconds: int) -> dict
     )
     return {r["key"]: (int(r["hits"]), float(r["remaining"])) for r in rows}
 
+
+
+# -- open streams -------------------------------------------------------------
+
+# The two-key advisory lock space (never in conflict with workspace_status_lock's one-key space).
+_STREAM_SLOTS_LOCK = 0x5354
+
+
+async def take_stream_slot(db: Database, slot_id: uuid.UUID, workspace_id: uuid.UUID, replica_id: uuid.UUID,
+                           maximum: int, lapse_seconds: float) -> bool:
+    """Record one more open stream of the workspace, unless the live
+    replicas hold `maximum` already (False). The workspace's rows are counted
+    and added under a transaction-level advisory lock, and the count is a
+    statement of its own (its snapshot is taken once the lock is held), so
+    two replicas cannot both take the last slot."""
+    async with db.transaction() as connection:
+        await connection.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _STREAM_SLOTS_LOCK,
+                                 str(workspace_id))
+        taken = await connection.fetchval(
+            """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
+               SELECT $1, $2, $3
+               WHERE (SELECT count(*) FROM stream_slots s JOIN gateway_replicas r USING (replica_id)
+                      WHERE s.workspace_id = $2 AND r.seen_at > now() - make_interval(secs => $5)) < $4
+               RETURNING true""",
+            slot_id, workspace_id, replica_id, maximum, lapse_seconds)
+    return bool(taken)
+
+
+async def count_stream_slots(db: Database, workspace_id: uuid.UUID, lapse_seconds: float) -> int:
+    row = await db.fetchrow(
+        """SELECT count(*) AS open FROM stream_slots s JOIN gateway_replicas r USING (replica_id)
+           WHERE s.workspace_id = $1 AND r.seen_at > now() - make_interval(secs => $2)""",
+        workspace_id, lapse_seconds)
+    return int(row["open"]) if row else 0
+
+
+async def release_stream_slots(db: Database, slot_ids: list[uuid.UUID]) -> None:
+    await db.fetch("DELETE FROM stream_slots WHERE slot_id = ANY($1::uuid[])", slot_ids)
+
+
+async def replica_beat(db: Database, replica_id: uuid.UUID, held: Mapping[uuid.UUID, uuid.UUID],
+                       lapse_seconds: float) -> None:
+    """A replica is alive and holds exactly `held` (slot -> workspace): its
+    rows become that (restored if another replica took it for gone), and the
+    rows of replicas that have not beaten for `lapse_seconds` (a crash) go."""
+    slots, workspaces = list(held), list(held.values())
+    async with db.transaction() as connection:
+        await connection.execute(
+            """INSERT INTO gateway_replicas (replica_id, seen_at) VALUES ($1, now())
+               ON CONFLICT (replica_id) DO UPDATE SET seen_at = now()""", replica_id)
+        await connection.execute("DELETE FROM stream_slots WHERE replica_id = $1 AND slot_id <> ALL($2::uuid[])",
+                                 replica_id, slots)
+        await connection.execute(
+            """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
+               SELECT slot, workspace, $1 FROM unnest($2::uuid[], $3::uuid[]) AS held (slot, workspace)
+               ON CONFLICT (slot_id) DO NOTHING""", replica_id, slots, workspaces)
+        await connection.execute(
+            """WITH gone AS (DELETE FROM gateway_replicas WHERE seen_at <= now() - make_interval(secs => $1)
+                             RETURNING replica_id)
+               DELETE FROM stream_slots WHERE replica_id IN (SELECT replica_id FROM gone)""", lapse_seconds)
+
+
+async def replica_gone(db: Database, replica_id: uuid.UUID) -> None:
+    """A replica's clean stop: its streams no longer count anywhere."""
+    async with db.transaction() as connection:
+        await connection.execute("DELETE FROM stream_slots WHERE replica_id = $1", replica_id)
+        await connection.execute("DELETE FROM gateway_replicas WHERE replica_id = $1", replica_id)

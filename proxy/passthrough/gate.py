@@ -80,7 +80,7 @@ class Gate:
         if upgrade and is_spdy_upgrade(headers):
             # kubectl falls back to SPDY when its WebSocket is refused, and prints
             # only the fallback's answer: a full workspace must say so here too.
-            relay.streams.require_room(workspace.id)
+            await relay.streams.require_room(workspace.id)
             raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
         ticket = Ticket(who, workspace, decision, request.method,
                         TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),

@@ -80,7 +80,7 @@ def relay_http(request: web.Request, ticket: Ticket, relay: Relay) -> Awaitable[
 
 
 async def _relay_tracked(request: web.Request, ticket: Ticket, relay: Relay) -> web.StreamResponse:
-    with relay.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+    async with relay.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
         return await _relay_http(request, ticket, relay, stream)
 
 

@@ -19,9 +19,10 @@ to end one:
   WebSocket closed with 1001 "going away"), so clients reconnect elsewhere
   without reporting an error.
 
-Each stream holds an upstream connection and a TLS session on both legs, so
-a workspace may hold at most `max_per_workspace` at once: `track` refuses
-one more (429) before anything is opened upstream, and cuts nothing.
+`track` registers a stream and then takes one of its workspace's slots
+(proxy.passthrough.stream_slots: the cap across replicas) before anything
+is opened upstream; registered first, a stream whose right ends while its
+slot is being taken is cut all the same.
 """
 
 from __future__ import annotations
@@ -31,13 +32,11 @@ import contextlib
 import datetime
 import uuid
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import AsyncIterator, Awaitable, Callable, Iterator
 
-from provisioning.errors import RateLimited
 from proxy.metrics import Metrics
+from proxy.passthrough.stream_slots import StreamSlots
 
-# A stream ends when a client closes it; a moment is a fair guess at when one will.
-_RETRY_AFTER_SECONDS = 5
 _ENDING = "the gateway is shutting down"
 
 
@@ -79,25 +78,34 @@ class Stream:
 
 
 class StreamRegistry:
-    def __init__(self, metrics: Metrics, max_per_workspace: int) -> None:
+    def __init__(self, metrics: Metrics, slots: StreamSlots) -> None:
         self._open: dict[uuid.UUID, dict[asyncio.Task[object], Stream]] = {}
         self._metrics = metrics
-        self._max = max_per_workspace
+        self.slots = slots
         self.closing = False
 
+    @contextlib.asynccontextmanager
+    async def track(self, owner: Owner) -> AsyncIterator[Stream]:
+        """The current task as a stream of `owner`'s, holding one of its
+        workspace's slots (429 if none is free)."""
+        with self.register(owner) as stream:
+            async with self.slots.held(owner.workspace_id):
+                if self.closing:  # opened during the drain: end it at its first wait
+                    stream.end()
+                yield stream
+
     @contextlib.contextmanager
-    def track(self, owner: Owner) -> Iterator[Stream]:
+    def register(self, owner: Owner) -> Iterator[Stream]:
+        """The current task as a stream of `owner`'s, so the end of any of
+        its rights cuts it; its session's expiry is a timer of its own."""
         task = asyncio.current_task()
         assert task is not None
-        self.require_room(owner.workspace_id)
         streams = self._open.setdefault(owner.workspace_id, {})
         stream = streams[task] = Stream(task, owner)
         left = (owner.session_expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
         expiry = asyncio.get_running_loop().call_later(max(left, 0.0), stream.cut, "session expired")
         self._metrics.open_streams.inc()
         try:
-            if self.closing:  # opened during the drain: end it at its first wait
-                stream.end()
             yield stream
         finally:
             expiry.cancel()
@@ -106,12 +114,9 @@ class StreamRegistry:
             if not streams:
                 self._open.pop(owner.workspace_id, None)
 
-    def require_room(self, workspace_id: uuid.UUID) -> None:
-        """429 if the workspace holds its maximum of open streams already."""
-        if self.count(workspace_id) >= self._max:
-            self._metrics.rate_limited.labels(limit="streams").inc()
-            raise RateLimited(_RETRY_AFTER_SECONDS, f"this workspace already has {self._max} open streams "
-                                                    "(watch, logs, exec, attach, port-forward); close one first")
+    def require_room(self, workspace_id: uuid.UUID) -> Awaitable[None]:
+        """429 if the workspace holds every slot already (takes none)."""
+        return self.slots.require_room(workspace_id)
 
     def cut(self, workspace_id: uuid.UUID) -> int:
         return self._cut_where(lambda owner: owner.workspace_id == workspace_id, "workspace changed")
@@ -137,6 +142,3 @@ class StreamRegistry:
         for streams in list(self._open.values()):
             for stream in list(streams.values()):
                 stream.end()
-
-    def count(self, workspace_id: uuid.UUID) -> int:
-        return len(self._open.get(workspace_id, ()))

@@ -32,15 +32,20 @@ async def test_kubeconfig_issuance_is_rate_limited_per_user(make_gateway: Any) -
     await other.kubeconfig()
 
 
-async def test_one_stream_too_many_is_429_and_cuts_nothing(make_gateway: Any) -> None:
+async def test_one_stream_too_many_is_429_on_every_replica_and_cuts_nothing(make_gateway: Any) -> None:
     gateway = await make_gateway(GATEWAY_MAX_STREAMS_PER_WORKSPACE="2")
+    replica = await make_gateway(GATEWAY_MAX_STREAMS_PER_WORKSPACE="2")  # same database: a second replica
     user, workspace = await tenant(gateway)
-    first, second = await open_watch(gateway, user, workspace), await open_watch(gateway, user, workspace)
+    # One stream on each replica: behind a load balancer, a cap per replica
+    # would let the tenant open twice as many.
+    first = await open_watch(gateway, user, workspace)
+    second = await open_watch(gateway, user, workspace, base=str(replica.make_url("")))
     try:
         path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=true"
-        refused = await user.call("GET", path)
-        assert refused.status == 429 and int(refused.headers["Retry-After"]) > 0
-        assert (await refused.json())["error"]["code"] == "rate_limited"
+        for via in (gateway, replica):
+            refused = await via.get(path, headers=user.bearer)
+            assert refused.status == 429 and int(refused.headers["Retry-After"]) > 0
+            assert (await refused.json())["error"]["code"] == "rate_limited"
         # Short requests are not streams; the open watches still deliver.
         made = await user.call("POST", f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps",
                                json={"metadata": {"name": "seen"}})

