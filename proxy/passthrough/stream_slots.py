@@ -24,6 +24,7 @@ import logging
 import uuid
 from typing import AsyncIterator
 
+from provisioning.background import cancel_and_wait
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import RateLimited
@@ -60,13 +61,12 @@ class StreamSlots:
     async def stop(self, timeout: float) -> None:
         """At shutdown, once every stream is cut: this replica's rows go at
         once. Bounded by `timeout`: the others drop them once it has lapsed."""
-        if self._beating is not None:
-            self._beating.cancel()
-            await asyncio.gather(self._beating, return_exceptions=True)
+        deadline = asyncio.get_running_loop().time() + timeout
+        await cancel_and_wait(self._beating, timeout)
         if self._db is None:
             return
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout_at(deadline):
                 await repo.replica_gone(self._db, self.replica_id)
         except Exception:
             log.warning("could not remove this replica's stream slots; they lapse in %ss", self._lapse_seconds)
