@@ -72,9 +72,10 @@ SHARED_BOUNDS: Mapping[str, str] = {
     "services.nodeports": "0",
     "services.loadbalancers": "0",
     "count/deployments.apps": "20",
-    # Each Deployment keeps up to 10 old ReplicaSets (revisionHistoryLimit);
-    # fewer would stall rollouts before the Deployment count is reached.
-    "count/replicasets.apps": "220",
+    # Each Deployment keeps up to 10 old ReplicaSets (revisionHistoryLimit)
+    # beside its current one, and a rollout adds one before it prunes: 20 x 12
+    # and a margin, so no rollout stalls before the Deployment count is reached.
+    "count/replicasets.apps": "250",
     "count/statefulsets.apps": "10",
     "count/daemonsets.apps": "5",
     "count/jobs.batch": "50",
