@@ -5,9 +5,10 @@ namespace; a workspace made before a tier changed (or before a release added
 a bound, such as the object counts) keeps its old quota until something
 converges it. Resume does, for the one workspace it resumes; `tenant-gateway
 reconcile` does for all of them: every workspace past onboarding (provisioned
-or suspended; a `provisioning` one is finished by its owner's next init call)
-gets its quota, LimitRange and NetworkPolicy created if missing and its quota's
-`hard` made the tier's.
+or suspended) gets its quota, LimitRange and NetworkPolicy created if missing
+and its quota's `hard` made the tier's. A workspace whose onboarding was cut
+short (`provisioning`: its owner was told 503) is finished, as its owner's
+next init call would: nothing stays half-made because its owner went away.
 
 Idempotent: a second run finds nothing to change and reports nothing. Each
 change is recorded in the audit log (`ReconcileWorkspace`, no acting user).
@@ -22,6 +23,7 @@ from typing import Mapping
 from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
+from provisioning.errors import Conflict
 from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeNotFound
 from provisioning.models import AuditEvent, Workspace
@@ -51,25 +53,54 @@ async def reconcile_workspace(kube: KubeClient, workspace: Workspace, tier: Tier
     return tuple(changes)
 
 
-async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier]) -> list[Reconciled]:
-    """Every workspace past onboarding; those that needed something, in
-    creation order. A workspace whose tier is gone from the tiers file, or
-    whose namespace is gone, is reported and left alone."""
+async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier,
+                            cluster_role: str) -> tuple[str, ...]:
+    """A workspace whose onboarding was cut short (its owner was told 503
+    and has not called again): each object made, or adopted if the cut
+    attempt made it, and the workspace provisioned in one statement with
+    its audit row, as the owner's next call would have. What was done
+    (empty if that call came first)."""
+    workspace_id = str(workspace.id)
+    changes = []
+    service_account_uid = ""
+    for step in manifests.onboarding_steps(workspace.namespace, workspace_id, tier, cluster_role):
+        made, done = await converge_object(kube, step, workspace_id)
+        if step.kind == "ServiceAccount":
+            service_account_uid = str((made.get("metadata") or {}).get("uid", ""))
+        if done is not None:
+            changes.append(f"{step.kind} {step.name} {done}")
+    changes.append("onboarding finished")
+    finished = await repo.finish_provisioning(db, workspace.id, service_account_uid, AuditEvent(
+        "ReconcileWorkspace", None, workspace.id, None, {"tier": tier.name, "changes": changes}))
+    return tuple(changes) if finished is not None else ()
+
+
+async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *,
+                    cluster_role: str) -> list[Reconciled]:
+    """Every workspace; those that needed something, in creation order. A
+    workspace whose tier is gone from the tiers file, whose namespace is
+    gone, or whose objects' names are taken by others, is reported and left
+    alone."""
     reconciled = []
     for workspace in await repo.all_workspaces(db):
-        if workspace.status == "provisioning":
-            continue
         tier = tiers.get(workspace.tier)
         if tier is None:
             reconciled.append(Reconciled(workspace, (f"left alone: tier {workspace.tier!r} is not configured",)))
             continue
         try:
+            if workspace.status == "provisioning":
+                reconciled.append(Reconciled(workspace, await finish_onboarding(db, kube, workspace, tier,
+                                                                                cluster_role)))
+                continue
             changes = await reconcile_workspace(kube, workspace, tier)
         except KubeNotFound:
             reconciled.append(Reconciled(workspace, ("left alone: its namespace does not exist",)))
+            continue
+        except Conflict as taken:
+            reconciled.append(Reconciled(workspace, (f"left alone: {taken.message}",)))
             continue
         if changes:
             await repo.record_audit(db, AuditEvent("ReconcileWorkspace", None, workspace.id, None,
                                                    {"tier": tier.name, "changes": list(changes)}))
             reconciled.append(Reconciled(workspace, changes))
-    return reconciled
+    return [each for each in reconciled if each.changes]

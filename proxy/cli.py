@@ -100,7 +100,7 @@ async def _reconcile(settings: Settings) -> list[Reconciled]:
             raise ClusterUnavailable(f"the Kubernetes API server at {kube.endpoint.server} is unreachable")
         db = await _with_database(database_dsn(settings), apply_migrations=False)
         try:
-            return await reconcile(db, kube, settings.tiers)
+            return await reconcile(db, kube, settings.tiers, cluster_role=settings.tenant_clusterrole)
         finally:
             await db.close()
     finally:
@@ -108,9 +108,9 @@ async def _reconcile(settings: Settings) -> list[Reconciled]:
 
 
 def cmd_reconcile(settings: Settings) -> int:
-    """Existing workspaces to their tiers: one line per workspace changed
-    (nothing printed when all are up to date); 2 if the cluster or the
-    database cannot be reached."""
+    """Existing workspaces to their tiers, and cut-short onboardings
+    finished: one line per workspace changed (nothing printed when all are
+    up to date); 2 if the cluster or the database cannot be reached."""
     try:
         reconciled = asyncio.run(_reconcile(settings))
     except GatewayError as error:
@@ -279,7 +279,8 @@ def parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser("check", help="check the gateway's own Kubernetes permissions")
-    sub.add_parser("reconcile", help="bring existing workspaces' quota, LimitRange and NetworkPolicy to their tiers")
+    sub.add_parser("reconcile", help="bring existing workspaces' quota, LimitRange and NetworkPolicy to their tiers, "
+                                               "and finish onboardings cut short")
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
     create = user.add_parser("create", help="create a user (bootstrap the first admin)")
     create.add_argument("--email", required=True)

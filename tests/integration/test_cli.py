@@ -17,10 +17,12 @@ from kubernetes import client
 from devstack.cluster import LocalCluster
 from devstack.processes import free_port
 from provisioning import manifests
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
 from provisioning.tiers import DEFAULT_TIERS
 from tests import kubeclients
 from tests.attacks.tenants import made_long_ago, onboard
-from tests.gatewayclient import PASSWORD, login
+from tests.gatewayclient import PASSWORD, login, register_and_login
 
 pytestmark = pytest.mark.cluster
 SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))
@@ -212,6 +214,42 @@ async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
     assert (again.returncode, again.stdout) == (0, ""), again.stdout + again.stderr
 
 
+
+
+async def test_reconcile_finishes_an_onboarding_cut_short(
+        cluster: LocalCluster, gateway: Any, gateway_env: dict[str, str], tmp_path: Path) -> None:
+    """Onboarding claimed the row and made the namespace, and then its
+    caller was told 503 and went away: reconcile makes the rest, and the
+    owner can use the workspace without calling init again."""
+    user = await register_and_login(gateway)
+    namespace = manifests.namespace_for(user.user_id)
+    db = await Database.connect(gateway_env["GATEWAY_DATABASE_URL"])
+    try:
+        workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace,
+                                                  manifests.TENANT_SERVICE_ACCOUNT, "basic")
+        admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+        admin.create_namespace(manifests.namespace(namespace, str(workspace.id)))
+        refused = await user.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
+        assert refused.status == 409  # half-made: no credential
+
+        first = run(gateway_env, "reconcile")
+        assert first.returncode == 0, first.stdout + first.stderr
+        (line,) = first.stdout.splitlines()
+        assert line.startswith(f"{workspace.id} {namespace}: ResourceQuota "), line
+        assert f"ServiceAccount {manifests.TENANT_SERVICE_ACCOUNT} created" in line
+        assert line.endswith("; onboarding finished"), line
+        assert "Namespace" not in line  # adopted: the cut attempt had made it
+        audit = await db.fetchrow("SELECT details FROM audit_logs WHERE workspace_id = $1 "
+                                  "AND action = 'ReconcileWorkspace'", workspace.id)
+        assert audit is not None and "onboarding finished" in json.loads(audit["details"])["changes"]
+    finally:
+        await db.close()
+
+    (tmp_path / "owner.kubeconfig").write_text(await user.kubeconfig())
+    api = kubeclients.from_kubeconfig(tmp_path / "owner.kubeconfig")
+    client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": "works"}})
+    again = run(gateway_env, "reconcile")
+    assert (again.returncode, again.stdout) == (0, ""), again.stdout + again.stderr
 
 
 def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env: dict[str, str],
