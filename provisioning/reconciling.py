@@ -88,9 +88,10 @@ async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *
             reconciled.append(Reconciled(workspace, (f"left alone: tier {workspace.tier!r} is not configured",)))
             continue
         try:
-            if workspace.status == "provisioning":
-                reconciled.append(Reconciled(workspace, await finish_onboarding(db, kube, workspace, tier,
-                                                                                cluster_role)))
+            if workspace.status == "provisioning":  # audited as it is finished, in one statement
+                finished = await finish_onboarding(db, kube, workspace, tier, cluster_role)
+                if finished:
+                    reconciled.append(Reconciled(workspace, finished))
                 continue
             changes = await reconcile_workspace(kube, workspace, tier)
         except KubeNotFound:
@@ -103,4 +104,4 @@ async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *
             await repo.record_audit(db, AuditEvent("ReconcileWorkspace", None, workspace.id, None,
                                                    {"tier": tier.name, "changes": list(changes)}))
             reconciled.append(Reconciled(workspace, changes))
-    return [each for each in reconciled if each.changes]
+    return reconciled

@@ -279,8 +279,8 @@ def parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser("check", help="check the gateway's own Kubernetes permissions")
-    sub.add_parser("reconcile", help="bring existing workspaces' quota, LimitRange and NetworkPolicy to their tiers, "
-                                               "and finish onboardings cut short")
+    sub.add_parser("reconcile", help="bring existing workspaces' quota, LimitRange and NetworkPolicy to their "
+                                     "tiers, and finish onboardings cut short")
     user = sub.add_parser("user", help="manage users").add_subparsers(dest="user_command", required=True)
     create = user.add_parser("create", help="create a user (bootstrap the first admin)")
     create.add_argument("--email", required=True)

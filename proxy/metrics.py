@@ -38,7 +38,8 @@ class Metrics:
                                 "asyncio tasks alive at scrape time (leak detector for soaks)", registry=r)
         self.database_checkouts = Counter(
             "tenant_gateway_database_checkouts",
-            "Connections taken from the database pool for requests: every query and transaction takes one", registry=r)
+            "Connections taken from the database pool for requests: every query and transaction takes one",
+            registry=r)
         self.proxy_reads = Counter("tenant_gateway_proxy_reads", "Proxied read requests (not audited row by row)",
                                    registry=r)
 
