@@ -16,8 +16,11 @@ from tests.gatewayclient import PASSWORD, admin_session, register_and_login
 pytestmark = pytest.mark.cluster
 
 
-async def test_nothing_secret_is_logged(gateway: Any, database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_nothing_secret_is_logged(make_gateway: Any, database_url: str,
+                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
+    # Started here, so its own lines from start-up on are read too.
+    gateway = await make_gateway()
     user = await register_and_login(gateway)
     workspace = await user.init()
     kube_token = yaml.safe_load(await user.kubeconfig())["users"][0]["user"]["token"]
