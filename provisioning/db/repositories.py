@@ -229,18 +229,28 @@ async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
     resume happened to be running.
     """
     key = int.from_bytes(workspace_id.bytes[:8], "big", signed=True)
-    busy = Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
-                    code="operation_in_progress")
     async with db.transaction() as connection:
-        if wait_seconds:
-            await connection.execute(f"SET LOCAL lock_timeout = {int(wait_seconds * 1000)}")
-            try:
-                await connection.execute("SELECT pg_advisory_xact_lock($1)", key, timeout=wait_seconds + 5)
-            except asyncpg.exceptions.LockNotAvailableError:
-                raise busy from None
-        elif not await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)", key):
-            raise busy
+        if not await _advisory_xact_lock(connection, wait_seconds, key):
+            raise Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
+                           code="operation_in_progress")
         yield
+
+
+async def _advisory_xact_lock(connection: asyncpg.Connection, wait_seconds: float, *key: int) -> bool:
+    """Take a transaction-level advisory lock (one bigint key, or two int
+    keys: the two spaces never conflict), waiting at most `wait_seconds` for
+    its holder (0: not at all). False if it stayed taken."""
+    if not wait_seconds:
+        try_lock = "SELECT pg_try_advisory_xact_lock($1)" if len(key) == 1 else \
+            "SELECT pg_try_advisory_xact_lock($1, $2)"
+        return bool(await connection.fetchval(try_lock, *key))
+    await connection.execute(f"SET LOCAL lock_timeout = {max(1, int(wait_seconds * 1000))}")
+    lock = "SELECT pg_advisory_xact_lock($1)" if len(key) == 1 else "SELECT pg_advisory_xact_lock($1, $2)"
+    try:
+        await connection.execute(lock, *key, timeout=wait_seconds + 5)
+    except asyncpg.exceptions.LockNotAvailableError:
+        return False
+    return True
 
 
 async def get_workspace(db: Database, workspace_id: uuid.UUID) -> Workspace | None:
@@ -370,7 +380,6 @@ async def count_hits(db: Database, keys: list[str], window_seconds: int) -> dict
     return {r["key"]: (int(r["hits"]), float(r["remaining"])) for r in rows}
 
 
-
 # -- open streams -------------------------------------------------------------
 
 # The two-key advisory lock space (never in conflict with workspace_status_lock's one-key space).
@@ -386,18 +395,15 @@ async def take_stream_slot(db: Database, slot_id: uuid.UUID, workspace_id: uuid.
     advisory lock, and the count is a statement of its own (its snapshot is
     taken once the lock is held), so two replicas cannot both take the last
     slot."""
-    try:
-        async with db.transaction() as connection:
-            await connection.execute(f"SET LOCAL lock_timeout = {max(1, int(wait_seconds * 1000))}")
-            await connection.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _STREAM_SLOTS_LOCK,
-                                     str(workspace_id))
-            taken = await connection.fetchval(
-                """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
-                   SELECT $1, $2, $3 WHERE (SELECT count(*) FROM stream_slots WHERE workspace_id = $2) < $4
-                   RETURNING true""",
-                slot_id, workspace_id, replica_id, maximum)
-    except asyncpg.exceptions.LockNotAvailableError:
-        return False
+    key = int.from_bytes(workspace_id.bytes[:4], "big", signed=True)
+    async with db.transaction() as connection:
+        if not await _advisory_xact_lock(connection, wait_seconds, _STREAM_SLOTS_LOCK, key):
+            return False
+        taken = await connection.fetchval(
+            """INSERT INTO stream_slots (slot_id, workspace_id, replica_id)
+               SELECT $1, $2, $3 WHERE (SELECT count(*) FROM stream_slots WHERE workspace_id = $2) < $4
+               RETURNING true""",
+            slot_id, workspace_id, replica_id, maximum)
     return bool(taken)
 
 
@@ -406,8 +412,11 @@ async def count_stream_slots(db: Database, workspace_id: uuid.UUID) -> int:
     return int(row["open"]) if row else 0
 
 
+_RELEASE_SLOTS = "DELETE FROM stream_slots WHERE slot_id = ANY($1::uuid[])"
+
+
 async def release_stream_slots(db: Database, slot_ids: list[uuid.UUID]) -> None:
-    await db.fetch("DELETE FROM stream_slots WHERE slot_id = ANY($1::uuid[])", slot_ids)
+    await db.fetch(_RELEASE_SLOTS, slot_ids)
 
 
 async def replica_beat(db: Database, replica_id: uuid.UUID, held: Mapping[uuid.UUID, uuid.UUID],
@@ -438,7 +447,7 @@ async def replica_beat(db: Database, replica_id: uuid.UUID, held: Mapping[uuid.U
                    SELECT slot, workspace, $1 FROM unnest($2::uuid[], $3::uuid[]) AS held (slot, workspace)
                    ON CONFLICT (slot_id) DO NOTHING""", replica_id, list(held), list(held.values()))
         if released:
-            await connection.execute("DELETE FROM stream_slots WHERE slot_id = ANY($1::uuid[])", released)
+            await connection.execute(_RELEASE_SLOTS, released)
         if was_fresh:
             await connection.execute(
                 """WITH gone AS (
