@@ -194,7 +194,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 def handler_args(settings: Settings) -> dict[str, Any]:
     """Server knobs for `serve`: no per-request access log (metrics count
     requests; errors are logged with their request id), header limits large
-    enough for kubectl's long Accept headers and big session cookies, and
-    idle connections closed (GATEWAY_CLIENT_IDLE_SECONDS)."""
+    enough for kubectl's long Accept headers and big session cookies, idle
+    connections closed (GATEWAY_CLIENT_IDLE_SECONDS), and request bodies
+    left as sent: aiohttp would inflate a `Content-Encoding: gzip` body, and
+    the pass-through would relay the inflated bytes under the client's
+    Content-Length, the rest of them read upstream as a request of the
+    tenant's making on a connection other tenants share."""
     return {"access_log": None, "max_field_size": 16 * 1024, "max_line_size": 16 * 1024,
-            "keepalive_timeout": settings.client_idle_seconds}
+            "keepalive_timeout": settings.client_idle_seconds, "auto_decompress": False}

@@ -158,7 +158,12 @@ class Answer:
         self._stop_timer()
         # A body sent in part (the answer came early, then the upload broke
         # off) would leave the server reading the next request as its rest.
-        self._connection.finish(reusable=self.complete and self._error is None and self.body_sent)
+        reusable = self.complete and self._error is None and self.body_sent
+        if not reusable and self._body_task is not None:
+            # The answer came before the upload ended: nothing reads the rest now,
+            # and a read left waiting on the client's body would outlive the request.
+            self._body_task.cancel()
+        self._connection.finish(reusable=reusable)
 
     def close(self) -> None:
         """Abandon the answer and its connection."""
@@ -338,7 +343,7 @@ class _Connection(asyncio.Protocol):
 
     # -- used by Pool and Answer -----------------------------------------
 
-    def start(self, method: str, head: bytes, body: AsyncIterable[bytes] | None, chunked: bool,
+    def start(self, method: str, head: bytes, body: AsyncIterable[bytes] | None, content_length: int | None,
               timeout: float | None) -> Answer:
         answer = Answer(self, method)
         self._answer = answer
@@ -350,19 +355,32 @@ class _Connection(asyncio.Protocol):
         answer._start_timer(timeout)
         if body is not None:
             answer.body_sent = False
-            answer._body_task = self.loop.create_task(self._send_body(answer, body, chunked))
+            answer._body_task = self.loop.create_task(self._send_body(answer, body, content_length))
         return answer
 
-    async def _send_body(self, answer: Answer, body: AsyncIterable[bytes], chunked: bool) -> None:
+    async def _send_body(self, answer: Answer, body: AsyncIterable[bytes], content_length: int | None) -> None:
+        """Send the body framed as the head said: chunked, or exactly
+        `content_length` bytes. A body that comes out longer than its length
+        is never sent past it (the server would read the rest as the next
+        request, someone else's answer as ours), nor one that comes out shorter
+        counted as sent."""
+        chunked = content_length is None
+        left = content_length or 0
         try:
             async for chunk in body:
                 if not chunk:
                     continue
+                if not chunked:
+                    left -= len(chunk)
+                    if left < 0:
+                        raise UpstreamProtocolError("the request body is longer than its Content-Length")
                 self._write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n" if chunked else chunk)
                 if self._drain is not None:
                     await self._drain
             if chunked:
                 self._write(b"0\r\n\r\n")
+            elif left:
+                raise UpstreamProtocolError("the request body is shorter than its Content-Length")
             answer.body_sent = True
         except Exception as error:  # the client's body broke off, or the upstream went away
             answer._fail(UpstreamConnectionLost(f"the request body could not be sent: {type(error).__name__}"))
@@ -513,7 +531,7 @@ class Pool:
                             body is not None)
         while True:
             connection, reused = await self._acquire()
-            answer = connection.start(method, head, body, content_length is None, timeout)
+            answer = connection.start(method, head, body, content_length, timeout)
             try:
                 await answer._head
                 return answer

@@ -405,6 +405,39 @@ async def test_a_body_that_breaks_off_fails_the_request_and_its_connection(peer_
         await pool.request("POST", "/", CIMultiDict(), body=body(), content_length=10, timeout=5)
 
 
+@pytest.mark.parametrize("pieces", [[b"abc", b"GET /smuggled HTTP/1.1\r\n\r\n"], [b"ab"]],
+                         ids=["longer", "shorter"])
+async def test_a_body_that_is_not_its_content_length_never_goes_out_past_it(peer_pool, pieces) -> None:  # type: ignore[no-untyped-def]
+    # Framed by its Content-Length, a longer body's rest would be read by
+    # the server as the next request on the connection, a shorter one would
+    # take the next request as its rest: neither is sent on, nor reused.
+    peer, pool = await peer_pool()
+    received: list[bytes] = []
+
+    async def reads_three(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await peer.read_head(reader)
+        received.append(await reader.read(3))
+        writer.write(OK)
+        received.append(await reader.read())  # what follows, until the client closes
+
+    peer.scripts = [reads_three, answering(OK)(peer)]
+
+    async def body() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+
+    async def exchange() -> None:  # fails as it is sent, or as its answer is read
+        answer = await pool.request("POST", "/", CIMultiDict(), body=body(), content_length=3, timeout=5)
+        while await answer.read_chunk():
+            pass
+
+    with pytest.raises(UpstreamConnectionLost):
+        await exchange()
+    assert await get(pool) == (200, b"{}")
+    assert peer.connections == 2
+    assert b"".join(received) == b"".join(pieces)[:3]
+
+
 @pytest.mark.parametrize("upload", ["still going when the answer is done", "broken off before the answer is done"])
 async def test_an_early_answer_with_its_upload_unfinished_ends_the_connection(peer_pool, upload: str) -> None:  # type: ignore[no-untyped-def]
     # The server answers before reading the body: unless the body then went

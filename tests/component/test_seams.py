@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gzip
 import ssl
 import uuid
 from pathlib import Path
@@ -163,6 +164,33 @@ async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
         upstream.close()
 
 
+async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, aiohttp_server: Any) -> None:
+    # Inflated and relayed under the compressed Content-Length, the rest of
+    # the body would be read upstream as a request of the tenant's making
+    # (tests/attacks/test_request_smuggling.py plays the attack against the
+    # real API server).
+    received: list[tuple[str | None, int | None, bytes]] = []
+
+    async def keep(request: web.Request) -> web.Response:
+        received.append((request.headers.get("Content-Encoding"), request.content_length, await request.read()))
+        return web.json_response({"kind": "ConfigMap"}, status=201)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", keep)
+    server = await aiohttp_server(app, auto_decompress=False)  # a FAKE API server that keeps bytes as they came
+    upstream = Upstream(str(server.make_url("")), None)
+    try:
+        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+        user, path = await provisioned_workspace(gateway)
+        body = gzip.compress(b'{"metadata":{"name":"a"}}' + b" " * 10_000 + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await gateway.post(path, data=body, headers={**user.bearer, "Content-Type": "application/json",
+                                                              "Content-Encoding": "gzip"})
+        assert answer.status == 201, await answer.text()
+        assert received == [("gzip", len(body), body)]
+    finally:
+        upstream.close()
+
+
 def _exec_handshake(key: str) -> dict[str, str]:
     return {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key}
 
@@ -183,3 +211,11 @@ async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
         refused = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={**user.bearer, **_exec_handshake(key)})
         assert await k8s_error(refused) == (400, "bad_websocket_handshake"), key
     assert seen == []
+    # Extensions aiohttp's own parser cannot read (an int of 4,301 digits) are
+    # not a 500: they are the client's, and never go upstream.
+    huge = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={
+        **user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="),
+        "Sec-WebSocket-Extensions": "permessage-deflate; server_max_window_bits=" + "1" * 4400})
+    # (The FAKE API server answers 200 to every request: a refused upgrade.)
+    assert await k8s_error(huge) == (502, "upgrade_refused")
+    assert seen and not [name for name in seen[-1] if name.lower() == "sec-websocket-extensions"]
