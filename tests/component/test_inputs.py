@@ -7,6 +7,7 @@ head trickled in is closed when its idle time is up (no cluster)."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import ssl
@@ -23,6 +24,15 @@ from tests.gatewayclient import PASSWORD, admin_session, error_of, register_and_
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'"x"', b"\xff\xfe"])
 async def test_malformed_json_is_400(gateway: Any, raw: bytes) -> None:
     response = await gateway.post("/api/v1/auth/register", data=raw, headers={"Content-Type": "application/json"})
+    assert await error_of(response) == (400, "invalid_json")
+
+
+async def test_a_compressed_body_is_not_inflated(gateway: Any) -> None:
+    """Bodies are taken as sent (proxy.app.handler_args): a gzip body is not
+    JSON text, and nothing is inflated (a small bomb stays small)."""
+    body = gzip.compress(json.dumps({"email": unique_email(), "password": PASSWORD}).encode())
+    response = await gateway.post("/api/v1/auth/register", data=body, headers={
+        "Content-Type": "application/json", "Content-Encoding": "gzip"})
     assert await error_of(response) == (400, "invalid_json")
 
 
