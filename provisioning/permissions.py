@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from provisioning import manifests
 from provisioning.kube.client import KubeClient
-from provisioning.kube.errors import KubeAPIError, KubeForbidden
+from provisioning.kube.errors import KubeAPIError, KubeForbidden, KubeNotFound
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,11 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     needed = [Permission(v, r) for r in ("namespaces", "resourcequotas", "limitranges") for v in ("create", "get", "list")]
     needed += [Permission("patch", "namespaces")]  # the suspension label
     needed += [Permission("patch", "resourcequotas")]  # quota follows the tier (resume, reconcile)
-    needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete")]
+    # patch (serviceaccounts, rolebindings): suspension lets go of one a finalizer holds.
+    needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete", "patch")]
     needed += [Permission("create", "serviceaccounts", subresource="token")]
     needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get", "list")]
-    needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete")]
+    needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete", "patch")]
     needed += [Permission("bind", "clusterroles", rbac, name=tenant_cluster_role)]
     needed += [Permission("list", r, "admissionregistration.k8s.io")  # check reads the tenant policies
                for r in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")]
@@ -123,11 +124,15 @@ def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
     to lose, and creation is probed instead."""
     owned_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
     owned_namespace["metadata"]["ownerReferences"] = [_OWNER]
+    undeletable_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
+    undeletable_namespace["spec"] = {"finalizers": ["tenant-gateway.io/probe"]}
     probes = [
         WriteProbe("POST", "/api/v1/namespaces/kube-system/serviceaccounts",
                    {"metadata": {"name": "tenant-gateway-confinement-probe"}}, UNCONFINED),
         WriteProbe("POST", "/api/v1/namespaces", owned_namespace,
                    f"namespaces with ownerReferences can be created (the garbage collector would delete them): {_CONFINED}"),
+        WriteProbe("POST", "/api/v1/namespaces", undeletable_namespace,
+                   f"namespaces with finalizers of their own can be created (they could never finish deleting): {_CONFINED}"),
     ]
     if tenant_namespace is not None:
         path = f"/api/v1/namespaces/{tenant_namespace}"
@@ -136,6 +141,12 @@ def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
                        f"tenant namespaces can be re-parented (ownerReferences): {_CONFINED}"),
             WriteProbe("PATCH", path, {"metadata": {"finalizers": ["tenant-gateway.io/probe"]}},
                        f"tenant namespaces can be given finalizers: {_CONFINED}"),
+            # patch is held to let go of a binding being deleted, nothing more.
+            WriteProbe("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenant_namespace}/rolebindings/"
+                                f"{manifests.TENANT_ROLEBINDING}",
+                       {"subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                      "name": "system:authenticated"}]},
+                       f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}"),
         ]
     return tuple(probes)
 
@@ -211,7 +222,7 @@ async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool:
     content_type = "application/merge-patch+json" if probe.method == "PATCH" else "application/json"
     try:
         await kube.request(probe.method, probe.path, probe.body, query={"dryRun": "All"}, content_type=content_type)
-    except KubeForbidden:
+    except (KubeForbidden, KubeNotFound):  # refused; or nothing there to try it on (admission comes after the read)
         return False
     except KubeAPIError:  # e.g. AlreadyExists: the write got past admission
         pass
@@ -231,10 +242,11 @@ async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
 async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
-    # An Active one: the policy lets a namespace that is being deleted finish.
+    # An Active one: the policy lets a namespace that is being deleted finish;
+    # and not suspended, so that its RoleBinding is there to probe.
     tenants = await kube.request("GET", "/api/v1/namespaces",
-                                 query={"labelSelector": manifests.WORKSPACE_LABEL, "fieldSelector": "status.phase=Active",
-                                        "limit": "1"})
+                                 query={"labelSelector": f"{manifests.WORKSPACE_LABEL},{manifests.SUSPENDED_LABEL}!=true",
+                                        "fieldSelector": "status.phase=Active", "limit": "1"})
     tenant = next((n["metadata"]["name"] for n in tenants.get("items") or []), None)
     writes = confinement_probes(tenant)
 

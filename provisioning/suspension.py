@@ -13,6 +13,11 @@ have bound its own roles. Suspension therefore
    left (the label reaches the admission check a moment after the patch);
 4. replaces the tenant ServiceAccount: its UID changes, so every token minted
    for the old one stops authenticating.
+A delete in steps 3 and 4 that leaves its object in place, held by
+finalizers, is finished by removing them. A tenant can make its own delete
+a foreground one and give the object a dependent that never goes (one
+with a finalizer of its own): the object would then stay, being deleted,
+for ever, and RBAC honours a RoleBinding being deleted.
 Each step is recorded in the audit log. A failure part-way answers 503 with
 the workspace still suspended (fail closed); repeating the call finishes it.
 
@@ -36,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Mapping
+from typing import Any, Mapping
 
 from provisioning import manifests
 from provisioning.db import repositories as repo
@@ -68,13 +73,28 @@ async def _change_status(db: Database, workspace_id: uuid.UUID, status: str, eve
     return workspace
 
 
+async def _delete_now(kube: KubeClient, path: str) -> dict[str, Any] | None:
+    """Delete the object, and let go of it if finalizers hold it back (the
+    gateway's credential may only remove finalizers from an object being
+    deleted: tenant-gateway-confined). The deleted object (or a Status
+    naming it); None if there was none."""
+    try:
+        deleted = await kube.delete(path)
+    except KubeNotFound:
+        return None
+    if (deleted.get("metadata") or {}).get("finalizers"):
+        try:
+            await kube.merge_patch(path, {"metadata": {"finalizers": None}})
+        except KubeNotFound:  # it went meanwhile
+            pass
+    return deleted
+
+
 async def _replace_service_account(kube: KubeClient, workspace: Workspace) -> str:
     path = f"/api/v1/namespaces/{workspace.namespace}/serviceaccounts/{workspace.service_account}"
-    try:
-        deleted = await kube.delete(path)  # the deleted object (or a Status naming it)
-        old_uid = (deleted.get("metadata") or {}).get("uid") or (deleted.get("details") or {}).get("uid")
-    except KubeNotFound:
-        old_uid = None
+    deleted = await _delete_now(kube, path)
+    old_uid = None if deleted is None else (
+        (deleted.get("metadata") or {}).get("uid") or (deleted.get("details") or {}).get("uid"))
     # A new object, so a new UID, even if the old one is still being finalised.
     created = await ensure_object(kube, manifests.service_account_step(workspace.namespace, str(workspace.id)),
                                   str(workspace.id))
@@ -96,10 +116,7 @@ async def _delete_every_rolebinding(kube: KubeClient, namespace: str) -> list[st
         if not names:
             return deleted
         for name in names:
-            try:
-                await kube.delete(f"{collection}/{name}")
-            except KubeNotFound:
-                pass
+            await _delete_now(kube, f"{collection}/{name}")
         deleted.extend(names)
     raise ClusterUnavailable("RoleBindings keep reappearing in the suspended namespace; "
                              "is the tenant-gateway-suspended admission policy installed?")

@@ -168,6 +168,56 @@ async def test_a_tenant_cannot_pin_what_suspension_must_delete_with_a_finalizer(
     assert refusal(lambda: alice.rbac.create_namespaced_role_binding(ns, binding("plain", worker)))[0] == 200
 
 
+def pinned_by_a_dependent(tenant: Tenant, owner: Any, kind: str, api_version: str) -> None:
+    """What the tenant can do to any object it may delete: a dependent that
+    blocks its owner's foreground deletion and never goes itself (a finalizer
+    nobody removes), then a foreground delete. The owner stays, being
+    deleted, for as long as the dependent does."""
+    tenant.core.create_namespaced_config_map(tenant.namespace, {"metadata": {
+        "name": f"pin-{owner.metadata.name}", "finalizers": ["example.com/pin"],
+        "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": owner.metadata.name,
+                             "uid": owner.metadata.uid, "blockOwnerDeletion": True}]}})
+
+
+async def test_suspension_lets_go_of_what_a_tenant_pinned_with_a_foreground_delete(
+        cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
+    """A foreground delete (which the API server, not the tenant, marks with
+    its finalizer) and a dependent that never goes keep a RoleBinding, and
+    RBAC honours a binding being deleted. Suspension removes the finalizers
+    of what it deletes, so it completes and the access ends."""
+    alice = await onboard(gateway, tmp_path)
+    ns = alice.namespace
+    worker = own_account(alice, "worker")
+    keep = alice.rbac.create_namespaced_role_binding(ns, binding("keep", worker))
+    pinned_by_a_dependent(alice, keep, "RoleBinding", f"{RBAC_GROUP}/v1")
+    alice.rbac.delete_namespaced_role_binding("keep", ns, propagation_policy="Foreground")
+    account = alice.core.read_namespaced_service_account(manifests.TENANT_SERVICE_ACCOUNT, ns)
+    pinned_by_a_dependent(alice, account, "ServiceAccount", "v1")
+    admin = kubeclients.from_kubeconfig(cluster.admin_kubeconfig)
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        "worker", ns, {"spec": {"expirationSeconds": 3600}}).status.token
+    as_worker = client.CoreV1Api(kubeclients.from_token(cluster, token))
+    await asyncio.sleep(2)  # the garbage collector takes up the foreground delete
+    held = client.RbacAuthorizationV1Api(admin).read_namespaced_role_binding("keep", ns)
+    assert held.metadata.deletion_timestamp is not None and "foregroundDeletion" in held.metadata.finalizers
+    assert refusal(lambda: as_worker.list_namespaced_secret(ns))[0] == 200  # a binding being deleted still binds
+    # sa-tenant-admin: a foreground delete of its own (the tenant's kubeconfig ends with it).
+    alice.core.delete_namespaced_service_account(manifests.TENANT_SERVICE_ACCOUNT, ns,
+                                                 propagation_policy="Foreground")
+
+    root = await admin_session(gateway, database_url)
+    suspended = await root.call("POST", f"/api/v1/workspaces/{alice.workspace_id}/suspend")
+    assert suspended.status == 200, await suspended.text()
+    assert client.RbacAuthorizationV1Api(admin).list_namespaced_role_binding(ns).items == []
+    replaced = client.CoreV1Api(admin).read_namespaced_service_account(manifests.TENANT_SERVICE_ACCOUNT, ns)
+    assert replaced.metadata.uid != account.metadata.uid and replaced.metadata.deletion_timestamp is None
+    for _ in range(60):  # RBAC's view of the bindings catches up
+        if refusal(lambda: as_worker.list_namespaced_secret(ns))[0] == 403:
+            break
+        await asyncio.sleep(0.5)
+    assert refusal(lambda: as_worker.list_namespaced_secret(ns))[0] == 403
+
+
 # -- 3. no gateway-grade token outside the gateway ------------------------------
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:
@@ -236,6 +286,16 @@ async def test_the_gateway_credential_cannot_delete_orphan_or_reparent_a_tenant_
         "delete": lambda: thief.delete_namespace(ns),
         "orphaning delete": lambda: thief.delete_namespace(ns, propagation_policy="Orphan"),
         "born owned": lambda: thief.create_namespace(born_owned),
+        "born undeletable": lambda: thief.create_namespace(
+            {**manifests.namespace(f"tenant-{uuid.uuid4()}", "x"), "spec": {"finalizers": ["example.com/never"]}}),
+        # Its patch on RoleBindings and ServiceAccounts lets go of one being deleted, and nothing else.
+        "open a binding": lambda: client.RbacAuthorizationV1Api(thief.api_client).patch_namespaced_role_binding(
+            manifests.TENANT_ROLEBINDING, ns, {"subjects": [{"apiGroup": RBAC_GROUP, "kind": "Group",
+                                                             "name": "system:authenticated"}]}),
+        "pin a binding": lambda: client.RbacAuthorizationV1Api(thief.api_client).patch_namespaced_role_binding(
+            manifests.TENANT_ROLEBINDING, ns, {"metadata": {"finalizers": ["example.com/never"]}}),
+        "change an account": lambda: thief.patch_namespaced_service_account(
+            manifests.TENANT_SERVICE_ACCOUNT, ns, {"automountServiceAccountToken": True}),
     }
     for what, move in moves.items():
         assert refusal(move)[0] == 403, what

@@ -50,7 +50,9 @@ def test_policy_gaps_name_every_bypass_of_the_shipped_policy_set() -> None:
 
 
 def test_confinement_probes_aim_at_a_tenant_namespace_when_there_is_one() -> None:
-    assert [p.method for p in confinement_probes(None)] == ["POST", "POST"]
+    assert [p.method for p in confinement_probes(None)] == ["POST", "POST", "POST"]
     probes = confinement_probes("tenant-x")
-    assert [(p.method, p.path) for p in probes[2:]] == [("PATCH", "/api/v1/namespaces/tenant-x")] * 2
+    assert [(p.method, p.path) for p in probes[3:]] == [("PATCH", "/api/v1/namespaces/tenant-x")] * 2 + [
+        ("PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/tenant-x/rolebindings/tenant-admin")]
     assert probes[1].body["metadata"]["ownerReferences"] and probes[1].body["metadata"]["name"].startswith("tenant-")
+    assert probes[2].body["spec"]["finalizers"] and probes[2].body["metadata"]["name"].startswith("tenant-")
