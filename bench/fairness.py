@@ -4,7 +4,7 @@ API server with its own ServiceAccount token, as a tenant holding a kubeconfig
 can; another tenant's small GET is timed idle and during the flood.
 
 Both tenants' ServiceAccounts fall in the tenant priority level, queued by
-namespace, so the flood waits in its own queues instead of the victim's.
+account, so the flood waits in its own queues instead of the victim's.
 
 The flood's client runs at the lowest CPU priority. A flooding tenant's
 kubectl runs on its own machine; here it shares the API server's two cores,

@@ -3,7 +3,7 @@ API server itself reports it: every answer names the priority level that
 admitted the request (`X-Kubernetes-PF-PriorityLevel-UID`). A tenant's
 LISTs, made with its issued kubeconfig, go to the tenants' LIST level; its
 other requests to the tenants' level; another tenant's to the same levels
-(each namespace its own flow there); the gateway's own to workload-high,
+(each account its own flow there); the gateway's own to workload-high,
 ahead of any tenant's flood. How well the levels hold under a flood is the
 benchmark's fairness row (bench/fairness.py)."""
 

@@ -1,0 +1,25 @@
+"""The shipped API Priority and Fairness objects (deploy/kubernetes/flowcontrol.yaml).
+
+The API server classifies a request into a flow before it authorizes it, so
+a flow distinguisher must be something the request cannot name for itself.
+A request's namespace is whatever its path says: a tenant sending requests
+that name another tenant's namespace would queue them in that tenant's flow
+(each refused only once dispatched) and could fill its queues until its own
+requests are turned away, or name a new namespace per request for as many
+flows as it likes. The authenticated user it cannot forge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+_FLOWCONTROL = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "flowcontrol.yaml"
+
+
+def test_every_shipped_flow_schema_tells_flows_apart_by_who_asks_not_by_what_they_name() -> None:
+    schemas = [d for d in yaml.safe_load_all(_FLOWCONTROL.read_text()) if d and d["kind"] == "FlowSchema"]
+    tenants = [s for s in schemas if s["metadata"]["name"].startswith("tenant-gateway-tenant")]
+    assert len(tenants) == 2, [s["metadata"]["name"] for s in schemas]
+    for schema in schemas:
+        assert schema["spec"]["distinguisherMethod"]["type"] == "ByUser", schema["metadata"]["name"]
