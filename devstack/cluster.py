@@ -92,6 +92,20 @@ metadata: {name: probe}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}
 subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: probe@example.test}]
 """
+_NFS_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: probe}
+spec:
+  containers: [{name: c, image: registry.invalid/none}]
+  volumes: [{name: v, nfs: {server: nfs.invalid, path: /}}]
+"""
+_PLACED_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: probe}
+spec:
+  containers: [{name: c, image: registry.invalid/none}]
+  nodeName: probe
+"""
 # Client identities other than the gateway's: file stem -> (user, groups).
 _CLIENT_IDENTITIES = {
     "admin": ("cluster-admin", ("system:masters",)),
@@ -425,6 +439,8 @@ class LocalCluster:
                                                         ["create", "-f", "-"], _USER_ROLEBINDING),
                 "tenant-gateway-no-gateway-grade-tokens": ("reserved for the gateway",
                                                            ["create", "serviceaccount", "tenant-gateway"], None),
+                "tenant-gateway-volume-sources": ("csi volumes only", ["create", "-f", "-"], _NFS_POD),
+                "tenant-gateway-node-placement": ("may not name their node", ["create", "-f", "-"], _PLACED_POD),
                 "tenant-gateway-suspended": ("this workspace is suspended",
                                              ["create", "configmap", "probe", f"--as=system:serviceaccount:{ns}:prober"],
                                              None),

@@ -160,6 +160,8 @@ POLICIES: Mapping[str, Mapping[str, Any] | None] = {
     "tenant-gateway-rolebinding-subjects": _TENANT_NAMESPACES,
     "tenant-gateway-no-gateway-grade-tokens": _TENANT_NAMESPACES,
     "tenant-gateway-no-external-names": _TENANT_NAMESPACES,
+    "tenant-gateway-volume-sources": _TENANT_NAMESPACES,
+    "tenant-gateway-node-placement": _TENANT_NAMESPACES,
     "tenant-gateway-suspended": {"matchLabels": {manifests.SUSPENDED_LABEL: "true"}},
     "tenant-gateway-confined": None,
 }

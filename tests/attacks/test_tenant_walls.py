@@ -8,6 +8,8 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
   accomplices race it or pin what it deletes with finalizers;
 - no pod runs as the gateway-managed ServiceAccount or projects a token
   longer than a kubeconfig's 2 h;
+- no pod mounts storage with the node's identity or binds a volume by
+  name, picks its node or tolerates the control plane;
 - no ExternalName Service points shared infrastructure elsewhere;
 - the gateway's own credential cannot hand a tenant namespace to the
   garbage collector.
@@ -249,6 +251,71 @@ async def test_pods_cannot_carry_a_gateway_grade_token_but_own_accounts_work(
     assert core.create_namespaced_pod(ns, pod("worker", serviceAccountName="worker")).spec.service_account_name == "worker"
     core.create_namespaced_pod(ns, pod("two-hours", serviceAccountName="worker", volumes=projected_token(7200)))
     core.create_namespaced_pod(ns, pod("default-account"))
+
+
+# -- storage and nodes the tenant reaches past Pod Security -------------------------
+
+async def test_pods_reach_storage_only_through_allowed_volumes_and_unnamed_claims(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """In-tree network volumes are mounted by the kubelet as root from the
+    node's address; a claim naming a PersistentVolume binds whatever
+    Available volume it names, an administrator's hostPath one included."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    for source in ({"nfs": {"server": "nfs.example.test", "path": "/exports/other-tenant"}},
+                   {"iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.2001-04.com.example:x", "lun": 0}},
+                   {"flexVolume": {"driver": "example.com/x"}}):
+        status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("mounts", volumes=[{"name": "v", **source}])))
+        assert status == 403 and "csi volumes only" in message, (source, status, message)
+    # Through a controller too: the ReplicaSet's pods are refused alike.
+    template = pod("nfs", volumes=[{"name": "v", "nfs": {"server": "nfs.example.test", "path": "/"}}])
+    client.AppsV1Api(alice.api).create_namespaced_deployment(ns, {
+        "metadata": {"name": "nfs"}, "spec": {"selector": {"matchLabels": {"app": "nfs"}}, "template": {
+            "metadata": {"labels": {"app": "nfs"}}, "spec": template["spec"]}}})
+    failure = ""
+    for _ in range(60):
+        for replica_set in client.AppsV1Api(alice.api).list_namespaced_replica_set(ns).items:
+            failure += " ".join(c.message or "" for c in replica_set.status.conditions or [] if c.type == "ReplicaFailure")
+        if failure:
+            break
+        await asyncio.sleep(0.5)
+    assert "csi volumes only" in failure
+    assert core.list_namespaced_pod(ns, label_selector="app=nfs").items == []
+    # What workloads use stays theirs.
+    core.create_namespaced_pod(ns, pod("ordinary", volumes=[
+        {"name": "scratch", "emptyDir": {}}, {"name": "config", "configMap": {"name": "kube-root-ca.crt"}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
+
+    claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                                                    "resources": {"requests": {"storage": "1Gi"}}}}
+    named = {**claim, "metadata": {"name": "named"}, "spec": {**claim["spec"], "volumeName": "admins-hostpath",
+                                                              "storageClassName": ""}}
+    status, message = refusal(lambda: core.create_namespaced_persistent_volume_claim(ns, named))
+    assert status == 403 and "may not name a PersistentVolume" in message
+    core.create_namespaced_persistent_volume_claim(ns, claim)
+    # A pending claim's volume may be named once, by an update: not by the tenant.
+    status, message = refusal(lambda: core.patch_namespaced_persistent_volume_claim(
+        "data", ns, {"spec": {"volumeName": "admins-hostpath"}}))
+    assert status == 403 and "may not name a PersistentVolume" in message
+
+
+async def test_pods_cannot_pick_their_node_or_tolerate_the_control_plane(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    placements = {
+        "named node": {"nodeName": "control-plane-1"},
+        "every taint": {"tolerations": [{"operator": "Exists"}]},
+        "every NoSchedule taint": {"tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]},
+        "the control plane": {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+                              "nodeSelector": {"node-role.kubernetes.io/control-plane": ""}},
+    }
+    for what, spec in placements.items():
+        status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("placed", **spec)))
+        assert status == 403 and ("may not name their node" in message or "may not tolerate" in message), what
+    # A taint of the platform's own making (a GPU pool's) may still be tolerated.
+    core.create_namespaced_pod(ns, pod("gpu", tolerations=[
+        {"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
 
 
 # -- 5. ExternalName ----------------------------------------------------------------
