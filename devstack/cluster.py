@@ -67,6 +67,8 @@ CONTROLLERS = (
     # Deployments are what tenants (and the console) run pods with.
     "deployment-controller",
     "replicaset-controller",
+    # Keeps a ControllerRevision per template change, which tiers count.
+    "statefulset-controller",
 )
 CACHE = Path(os.environ.get("TENANT_GATEWAY_CACHE")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tenant-gateway")

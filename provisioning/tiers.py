@@ -78,6 +78,11 @@ SHARED_BOUNDS: Mapping[str, str] = {
     "count/replicasets.apps": "250",
     "count/statefulsets.apps": "10",
     "count/daemonsets.apps": "5",
+    # Not created by tenants but for them: each StatefulSet and DaemonSet
+    # update keeps a revision (10 old ones by default, or as many as its
+    # revisionHistoryLimit says: unbounded by anything else). 15 x 11 and a
+    # margin.
+    "count/controllerrevisions.apps": "200",
     "count/jobs.batch": "50",
     "count/cronjobs.batch": "10",
     "count/horizontalpodautoscalers.autoscaling": "20",

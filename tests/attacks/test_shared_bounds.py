@@ -111,6 +111,36 @@ async def test_kinds_beyond_the_core_ones_are_counted_too(gateway: Any, tmp_path
         assert status == 403 and "exceeded quota" in message and key in message, message
 
 
+async def test_revisions_kept_for_a_tenant_are_counted(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """A StatefulSet keeps a ControllerRevision per template change, as many
+    as its revisionHistoryLimit (the tenant's) says: the controller makes
+    them, the tenant's quota counts them. (Shown with the bound lowered to
+    3, as a tier may set it, rather than 200 template changes.)"""
+    assert BASIC.hard["count/controllerrevisions.apps"] == "200"
+    alice = await onboard(gateway, tmp_path)
+    ns = alice.namespace
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    admin.patch_namespaced_resource_quota(manifests.QUOTA_NAME, ns,
+                                          {"spec": {"hard": {"count/controllerrevisions.apps": "3"}}})
+    while (await quota_enforced(alice.core, ns)).get("count/controllerrevisions.apps") != "3":
+        await asyncio.sleep(0.2)
+    apps = client.AppsV1Api(alice.api)
+    apps.create_namespaced_stateful_set(ns, {"metadata": {"name": "many"}, "spec": {
+        "replicas": 0, "revisionHistoryLimit": 1_000_000, "serviceName": "many",
+        "selector": {"matchLabels": {"app": "many"}},
+        "template": {"metadata": {"labels": {"app": "many"}},
+                     "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}}})
+    revisions = client.AppsV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    for change in range(6):
+        apps.patch_namespaced_stateful_set("many", ns, {"spec": {"template": {"metadata": {
+            "annotations": {"change": str(change)}}}}})
+        await asyncio.sleep(1)  # the controller takes up each change
+    made = revisions.list_namespaced_controller_revision(ns).items
+    assert len(made) == 3, [r.metadata.name for r in made]
+    used = alice.core.read_namespaced_resource_quota(manifests.QUOTA_NAME, ns).status.used
+    assert used["count/controllerrevisions.apps"] == "3"
+
+
 async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
         cluster: LocalCluster, gateway: Any, database_url: str, tmp_path: Path) -> None:
     alice = await onboard(gateway, tmp_path)

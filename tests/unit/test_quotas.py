@@ -13,7 +13,7 @@ from provisioning.tiers import DEFAULT_TIERS, SHARED_BOUNDS, parse_tiers, quanti
 SHARED_KEYS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims", "replicationcontrollers",
                "requests.storage", "services.nodeports", "services.loadbalancers",
                "count/deployments.apps", "count/replicasets.apps", "count/statefulsets.apps",
-               "count/daemonsets.apps", "count/jobs.batch", "count/cronjobs.batch",
+               "count/daemonsets.apps", "count/controllerrevisions.apps", "count/jobs.batch", "count/cronjobs.batch",
                "count/horizontalpodautoscalers.autoscaling", "count/ingresses.networking.k8s.io",
                "count/poddisruptionbudgets.policy", "count/leases.coordination.k8s.io",
                "count/roles.rbac.authorization.k8s.io")
