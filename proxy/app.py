@@ -33,7 +33,7 @@ from proxy import keys, openapi
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
-from proxy.front import front_middleware, response_hook
+from proxy.front import answer_expect, front_middleware, response_hook
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
@@ -184,10 +184,13 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                             pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
                             metrics_listener(settings)])
     app.on_shutdown.append(end_streams)
+    # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).
     for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, openapi.routes,
                   console.routes):
-        app.router.add_routes(table)
-    gate.add_routes(app.router)
+        for route in table:
+            assert isinstance(route, web.RouteDef)
+            app.router.add_route(route.method, route.path, route.handler, expect_handler=answer_expect, **route.kwargs)
+    gate.add_routes(app.router, expect_handler=answer_expect)
     return app
 
 

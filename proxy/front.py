@@ -12,7 +12,7 @@ import secrets
 import time
 from typing import Awaitable, Callable
 
-from aiohttp import hdrs, web
+from aiohttp import HttpVersion11, hdrs, web
 from multidict import istr
 
 from proxy import keys, logs
@@ -103,6 +103,20 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
                 drain.settle(task)
 
     return front
+
+
+async def answer_expect(request: web.Request) -> web.StreamResponse | None:
+    """The answer to an `Expect` header, which aiohttp asks each route for
+    before any middleware runs. Its default answers an expectation other
+    than 100-continue with a text/plain 417 that skips the contract's
+    error shape; this one answers in it. 100-continue is met as aiohttp
+    meets it: the client may send its body."""
+    if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue":
+        if request.version == HttpVersion11:
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0  # the answer itself is yet to start
+        return None
+    return error_response(request, 417, "expectation_failed", "the only expectation met here is 100-continue")
 
 
 def _preflight(request: web.Request) -> web.StreamResponse:

@@ -12,6 +12,8 @@ fits the request. A refused request never reaches the API server.
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from provisioning import access
@@ -61,9 +63,9 @@ class Gate:
     def open(self, authenticator: Authenticator, directory: WorkspaceDirectory, relay: Relay) -> None:
         self.authenticator, self.directory, self.relay = authenticator, directory, relay
 
-    def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", self.handle)
-        router.add_route("*", PREFIX + "{workspace_id}", self.handle)
+    def add_routes(self, router: web.UrlDispatcher, **options: Any) -> None:
+        router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", self.handle, **options)
+        router.add_route("*", PREFIX + "{workspace_id}", self.handle, **options)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         workspace_segment = request.match_info["workspace_id"]

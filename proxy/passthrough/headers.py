@@ -35,6 +35,8 @@ HOP_BY_HOP = frozenset({
 _REQUEST_DROPPED = HOP_BY_HOP | {
     "host", "content-length", "authorization", "cookie", "x-csrf-token", "forwarded", "x-real-ip",
     "origin", "referer",
+    # Met here (proxy.front.answer_expect) before the body is read, so no concern of the API server's.
+    "expect",
 }
 # sec-websocket-*: the client library writes the whole handshake itself (Key,
 # Version and the filtered subprotocols), and must not be handed Extensions it

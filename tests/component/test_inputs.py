@@ -36,6 +36,18 @@ async def test_a_compressed_body_is_not_inflated(gateway: Any) -> None:
     assert await error_of(response) == (400, "invalid_json")
 
 
+async def test_an_expectation_is_met_or_refused_in_the_contracts_shape(gateway: Any) -> None:
+    """aiohttp asks the route, before any middleware, what to answer to
+    Expect: a text/plain 417 by default."""
+    refused = await gateway.get("/api/v1/me", headers={"Expect": "something-else"})
+    assert await error_of(refused) == (417, "expectation_failed")
+    assert refused.headers["X-Content-Type-Options"] == "nosniff"
+    body = json.dumps({"email": unique_email(), "password": PASSWORD}).encode()
+    met = await gateway.post("/api/v1/auth/register", data=body, expect100=True,
+                             headers={"Content-Type": "application/json"})
+    assert met.status == 201, await met.text()
+
+
 async def test_oversized_body_is_413(gateway: Any) -> None:
     response = await gateway.post("/api/v1/auth/login", data=b"{" + b" " * 70_000 + b"}")
     assert (await error_of(response))[0] == 413
