@@ -69,6 +69,8 @@ class Gate:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         workspace_segment = request.match_info["workspace_id"]
+        relay = self.relay
+        cuts_seen = relay.streams.cuts  # before the reads that authorise: a cut meanwhile still reaches a stream
         who = await self.authenticator.authenticate(request)
         workspace_id = uuid_from(workspace_segment, "workspace")
         workspace = access.usable(who.user, self.directory.cached(workspace_id)
@@ -76,7 +78,6 @@ class Gate:
         decision = classify(request.method, *_raw_tail(request, workspace_segment), workspace.namespace)
         if decision.action == "deny":
             raise Forbidden(decision.reason, code="outside_tenant")
-        relay = self.relay
         headers = request.headers
         upgrade = "Upgrade" in headers
         if upgrade and is_spdy_upgrade(headers):
@@ -86,7 +87,7 @@ class Gate:
             raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
         ticket = Ticket(who, workspace, decision, request.method,
                         TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
-                        lambda: client_ip(request))
+                        lambda: client_ip(request), cuts_seen)
         if decision.action == "own_namespace_list":  # answered here, never an upgrade
             return await relay_namespace_list(request, ticket, relay)
         if upgrade and headers.get("Upgrade", "").lower() == "websocket":

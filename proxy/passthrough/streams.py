@@ -23,6 +23,14 @@ to end one:
 (proxy.passthrough.stream_slots: the cap across replicas) before anything
 is opened upstream; registered first, a stream whose right ends while its
 slot is being taken is cut all the same.
+
+A right can also end before the stream is registered, while the gate still
+reads what authorises it (a session, a workspace from the database): the
+cut finds nothing to cut, and the stream would open on a stale answer. So
+the registry numbers its cuts and keeps the latest; the gate notes the
+number before it reads anything (`Owner.cuts_seen`), and `register` cuts a
+stream at once if a cut made since then matches it (or if so many cuts came
+since that the ones it missed are no longer kept).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import asyncio
 import contextlib
 import datetime
 import uuid
+import collections
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Iterator
 
@@ -38,6 +47,9 @@ from proxy.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
 
 _ENDING = "the gateway is shutting down"
+# Cuts kept for streams authorised while they happened: far more than can
+# arrive while one request reads its session and workspace.
+_KEPT_CUTS = 1024
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,8 @@ class Owner:
     session_id: uuid.UUID
     user_id: uuid.UUID
     session_expires_at: datetime.datetime
+    cuts_seen: int = 0
+    """The registry's cut count before anything that authorised it was read."""
 
 
 class Stream:
@@ -83,6 +97,10 @@ class StreamRegistry:
         self._metrics = metrics
         self.slots = slots
         self.closing = False
+        self.cuts = 0
+        """Cuts made so far: what an authorisation notes before its first read."""
+        self._latest_cuts: collections.deque[tuple[int, Callable[[Owner], bool], str]] = \
+            collections.deque(maxlen=_KEPT_CUTS)
 
     @contextlib.asynccontextmanager
     async def track(self, owner: Owner) -> AsyncIterator[Stream]:
@@ -102,6 +120,9 @@ class StreamRegistry:
         assert task is not None
         streams = self._open.setdefault(owner.workspace_id, {})
         stream = streams[task] = Stream(task, owner)
+        missed = self._missed_cut(owner)
+        if missed is not None:
+            stream.cut(missed)  # its right ended while it was being authorised
         left = (owner.session_expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
         expiry = asyncio.get_running_loop().call_later(max(left, 0.0), stream.cut, "session expired")
         self._metrics.open_streams.inc()
@@ -130,7 +151,22 @@ class StreamRegistry:
     def cut_all(self) -> None:
         self._cut_where(lambda owner: True, "every stream cut")
 
+    def _missed_cut(self, owner: Owner) -> str | None:
+        """Why a cut made since `owner.cuts_seen` ends this owner's stream, if one does."""
+        if owner.cuts_seen == self.cuts:
+            return None
+        if self.cuts - owner.cuts_seen > len(self._latest_cuts):
+            return "authorised before the cuts kept"
+        for number, matches, why in reversed(self._latest_cuts):
+            if number <= owner.cuts_seen:
+                break
+            if matches(owner):
+                return why
+        return None
+
     def _cut_where(self, matches: Callable[[Owner], bool], why: str) -> int:
+        self.cuts += 1
+        self._latest_cuts.append((self.cuts, matches, why))
         chosen = [stream for streams in self._open.values() for stream in streams.values() if matches(stream.owner)]
         for stream in chosen:
             stream.cut(why)

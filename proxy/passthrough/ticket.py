@@ -27,12 +27,14 @@ class Ticket(NamedTuple):
     """Which cached tenant token the request is sent with."""
     resolve_client_ip: Callable[[], str | None]
     """Resolved only when an audit row needs it: most proxied requests never do."""
+    cuts_seen: int
+    """The stream registry's cut count before the gate read anything (proxy.passthrough.streams)."""
 
     @property
     def owner(self) -> Owner:
         """What authorised this request, for a stream's lifetime."""
         return Owner(self.workspace.id, self.principal.session_id, self.principal.user.id,
-                     self.principal.session_expires_at)
+                     self.principal.session_expires_at, self.cuts_seen)
 
     def event(self, action: str, **details: object) -> AuditEvent:
         """This request as an audit row, with the human identity."""

@@ -57,6 +57,33 @@ async def test_each_right_ending_ends_exactly_its_streams() -> None:
     assert registry.cut(ws) == 0
 
 
+async def test_a_right_that_ends_while_a_stream_is_being_authorised_still_ends_it() -> None:
+    """The gate reads the session and the workspace (database round trips)
+    before the stream is registered; a cut in between found nothing to cut."""
+    registry = registry_without_slots()
+    ws, other_ws, alice, session = (uuid.uuid4() for _ in range(4))
+    for cut in (lambda: registry.cut(ws), lambda: registry.cut_user(alice), lambda: registry.cut_session(session),
+                registry.cut_all):
+        seen = registry.cuts  # as the gate notes it before its first read
+        cut()
+        assert await ended(await open_stream(registry, Owner(ws, session, alice, LATER, seen)))
+    # Cuts of others' rights leave it be; so does a cut it was authorised after.
+    seen = registry.cuts
+    registry.cut(other_ws)
+    registry.cut_user(uuid.uuid4())
+    untouched = await open_stream(registry, Owner(ws, session, alice, LATER, seen))
+    assert not untouched.done()
+    assert registry.cut(ws) == 1 and await ended(untouched)
+    fresh = await open_stream(registry, Owner(ws, session, alice, LATER, registry.cuts))
+    assert not fresh.done()
+    fresh.cancel()
+    # Authorised so long ago that the cuts since are no longer all kept: cut, to be safe.
+    seen = registry.cuts
+    for _ in range(2000):
+        registry.cut(other_ws)
+    assert await ended(await open_stream(registry, Owner(ws, session, alice, LATER, seen)))
+
+
 async def test_a_stream_ends_when_its_session_expires() -> None:
     registry = registry_without_slots()
     soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(milliseconds=50)
