@@ -168,9 +168,11 @@ def own_namespace_list(namespace_object: dict[str, Any]) -> dict[str, Any]:
 
 async def relay_namespace_list(request: web.Request, ticket: Ticket, relay: Relay) -> web.Response:
     # Read and parsed here, so asked for as plain JSON.
-    upstream = await _send(relay, ticket, request, await relay.token(ticket),
-                           target=f"/api/v1/namespaces/{ticket.workspace.namespace}",
+    token = await relay.token(ticket)
+    upstream = await _send(relay, ticket, request, token, target=f"/api/v1/namespaces/{ticket.workspace.namespace}",
                            headers={"Accept": "application/json", "Accept-Encoding": "identity"})
+    if upstream.status == 401:  # as for any relayed request: the next one gets a fresh token
+        relay.drop_token(ticket, token)
     try:
         body = await upstream.read(_NAMESPACE_LIMIT)
     except SEND_FAILURES as error:
