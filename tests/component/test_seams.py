@@ -191,6 +191,34 @@ async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, aioh
         upstream.close()
 
 
+async def test_a_token_the_api_server_refuses_is_not_used_again_for_the_namespace_list(
+        make_gateway: Any, aiohttp_server: Any) -> None:
+    # `GET /api/v1/namespaces` is answered by the gateway from a read of the
+    # tenant's own namespace: a 401 there must drop the cached token too.
+    tokens: list[str] = []
+
+    async def refuse_the_first(request: web.Request) -> web.Response:
+        tokens.append(request.headers["Authorization"])
+        if len(tokens) == 1:
+            return web.json_response({"kind": "Status", "code": 401}, status=401)
+        return web.json_response({"kind": "Namespace", "metadata": {"name": request.path.rsplit("/", 1)[-1]}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", refuse_the_first)
+    server = await aiohttp_server(app)
+    upstream = Upstream(str(server.make_url("")), None)
+    try:
+        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+        user, path = await provisioned_workspace(gateway)
+        namespaces = path.split("/api/v1/")[0] + "/api/v1/namespaces"
+        assert (await gateway.get(namespaces, headers=user.bearer)).status == 401
+        answer = await gateway.get(namespaces, headers=user.bearer)
+        assert answer.status == 200, await answer.text()
+        assert tokens == ["Bearer token-1", "Bearer token-2"]
+    finally:
+        upstream.close()
+
+
 def _exec_handshake(key: str) -> dict[str, str]:
     return {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key}
 
