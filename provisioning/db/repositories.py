@@ -77,15 +77,20 @@ async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
     return _user(row) if row else None
 
 
-async def set_user_status(db: Database, user_id: uuid.UUID, status: str) -> User | None:
+async def set_user_status(db: Database, user_id: uuid.UUID, status: str, event: AuditEvent) -> User | None:
     """Suspending a user also revokes every session of theirs; the tables'
-    triggers (migration 0004) tell every replica when the transaction commits."""
+    triggers (migration 0004) tell every replica when the transaction commits.
+    The change and its audit row are one transaction: neither without the
+    other. None (and no audit row) when there is no such user."""
     async with db.transaction() as connection:
         row = await connection.fetchrow("UPDATE users SET status = $2 WHERE id = $1 RETURNING *", user_id, status)
-        if row is not None and status != "active":
+        if row is None:
+            return None
+        if status != "active":
             await connection.execute(
                 "UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL", user_id)
-    return _user(row) if row else None
+        await record_audit(connection, event)
+    return _user(row)
 
 
 # -- sessions -----------------------------------------------------------------
@@ -157,12 +162,16 @@ async def create_device_code(db: Database, device_hash: bytes, user_code: str, t
     return row is not None
 
 
-async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID) -> bool:
-    """Approve a live, not yet approved code; False otherwise (unknown, expired, used)."""
+async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID, event: AuditEvent) -> bool:
+    """Approve a live, not yet approved code, and write its audit row, all or
+    nothing in one statement; False (and no row) otherwise (unknown, expired, used)."""
     row = await db.fetchrow(
-        """UPDATE device_codes SET approved_by = $2
-           WHERE user_code = $1 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
-           RETURNING 1""", user_code, user_id)
+        f"""WITH approved AS (
+               UPDATE device_codes SET approved_by = $8
+               WHERE user_code = $7 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
+               RETURNING 1),
+           audited AS ({_INSERT_AUDIT} FROM approved)
+           SELECT 1 FROM approved""", *_audit_row(event), user_code, user_id)
     return row is not None
 
 

@@ -111,10 +111,12 @@ async def _set_user_status(request: web.Request, status: str, action: str) -> we
     user_id = uuid_from(request.match_info["id"], "user")
     if user_id == who.user.id:
         raise Forbidden("administrators cannot suspend themselves", code="self_suspension")
-    user = await repo.set_user_status(db, user_id, status)
+    # One transaction with its audit row (as register): a suspension that
+    # answered 503 for want of its row must not have happened.
+    user = await repo.set_user_status(db, user_id, status, AuditEvent(
+        action, who.user.id, None, client_ip(request), {"target_user": str(user_id)}))
     if user is None:
         raise NotFound("no such user")
-    await repo.record_audit(db, AuditEvent(action, who.user.id, None, client_ip(request), {"target_user": str(user_id)}))
     return web.json_response({"id": str(user.id), "status": user.status})
 
 
