@@ -10,7 +10,7 @@ import contextlib
 import datetime
 import json
 import uuid
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import asyncpg
 
@@ -369,24 +369,60 @@ async def query_audit(db: Database, *, workspace_id: uuid.UUID | None = None, us
 
 # -- rate limits --------------------------------------------------------------
 
-async def count_hits(db: Database, keys: list[str], window_seconds: int) -> dict[str, tuple[int, float]]:
+_COUNT_HIT = """
+    INSERT INTO rate_limits AS r (key, window_start, hits, window_end)
+    SELECT key, now(), 1, now() + make_interval(secs => $2) FROM unnest({keys}::text[]) AS key {where} ORDER BY key
+    ON CONFLICT (key) DO UPDATE SET
+      hits = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE r.hits + 1 END,
+      window_start = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN now() ELSE r.window_start END,
+      window_end = CASE WHEN r.window_start <= now() - make_interval(secs => $2)
+                        THEN now() + make_interval(secs => $2) ELSE r.window_end END
+    RETURNING key, hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining"""
+
+
+async def count_hits(db: Database, keys: Sequence[str], window_seconds: int, *, gated_keys: Sequence[str] = (),
+                     limit: int = 0) -> dict[str, tuple[int, float]]:
     """Count one event in each key's current fixed window.
 
     Returns, per key, the hits in the window so far and the seconds until it
     ends. One statement for all keys: concurrent replicas never lose a count,
     and a request limited on two keys (user and address) pays one round trip.
     Keys are locked in sorted order so two such requests cannot deadlock.
+
+    `gated_keys` are counted (and returned) only if no key of `keys` is over
+    `limit` with this hit: a client already refused by its address is not
+    also counted under keys it chooses itself (an email per attempt), which
+    would fill the table and use up someone else's allowance. They are
+    locked after `keys`, and callers keep the two sets of names apart, so
+    the order still cannot deadlock.
     """
+    primary = sorted(set(keys))
+    gated = sorted(set(gated_keys) - set(primary))
     rows = await db.fetch(
-        """INSERT INTO rate_limits AS r (key, window_start, hits)
-           SELECT key, now(), 1 FROM unnest($1::text[]) AS key ORDER BY key
-           ON CONFLICT (key) DO UPDATE SET
-             hits = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE r.hits + 1 END,
-             window_start = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN now() ELSE r.window_start END
-           RETURNING key, hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining""",
-        sorted(set(keys)), window_seconds,
+        f"""WITH counted AS ({_COUNT_HIT.format(keys="$1", where="")}),
+                 gated AS ({_COUNT_HIT.format(
+                     keys="$3", where="WHERE NOT EXISTS (SELECT 1 FROM counted WHERE hits > $4)")})
+            SELECT * FROM counted UNION ALL SELECT * FROM gated""",
+        primary, window_seconds, gated, limit,
     )
     return {r["key"]: (int(r["hits"]), float(r["remaining"])) for r in rows}
+
+
+async def sweep_rate_limits(db: Database, batch: int) -> int:
+    """Remove up to `batch` counters whose window has ended; how many went.
+    Rows a request is counting right now are skipped (SKIP LOCKED), so a
+    sweep never waits on a request or on another replica's sweep, and a
+    counter whose window restarted meanwhile is not taken (its new end is
+    re-read under the lock). Not counted as a request's checkout."""
+    async with db.connection(counted=False) as connection:
+        removed = await connection.fetchval(
+            """WITH gone AS (
+                 DELETE FROM rate_limits WHERE key IN (
+                   SELECT key FROM rate_limits WHERE window_end <= now()
+                   ORDER BY window_end LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 RETURNING 1)
+               SELECT count(*) FROM gone""", batch)
+    return int(removed)
 
 
 # -- open streams -------------------------------------------------------------
