@@ -56,18 +56,47 @@ async def user_with_hash_by_email(db: Database, email: str) -> tuple[User, str] 
     return (_user(row), row["password_hash"]) if row else None
 
 
-async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, email: str, is_admin: bool) -> User:
-    """The user (issuer, subject) names, made at first sign-in; email and admin
-    rights follow the provider at every sign-in. Never matches a password
-    account, whatever the email."""
+async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, email: str, is_admin: bool,
+                   issued_at: datetime.datetime) -> User:
+    """The user (issuer, subject) names, made at first sign-in. Never matches
+    a password account, whatever the email.
+
+    Email and admin rights follow the provider, but only forward in time:
+    the row remembers the `iat` of the token it took them from, and
+    - a newer token (or a row from before that was remembered) sets them;
+    - a token exactly as old (providers count whole seconds: two tokens of
+      one second cannot be ordered) sets the email but may only take admin
+      rights away, never give them: of two such tokens, the lesser wins
+      whichever comes first;
+    - an older token changes nothing: a demoted admin's old ID token, still
+      within its expiry, cannot make them an admin again.
+    The row is updated only when one of these changes something, so a
+    repeated sign-in that changes nothing writes nothing.
+    """
     row = await db.fetchrow(
-        """INSERT INTO users (id, email, password_hash, is_admin, oidc_issuer, oidc_subject, oidc_provider)
-           VALUES ($1, $2, NULL, $3, $4, $5, $6)
-           ON CONFLICT (oidc_issuer, oidc_subject) DO UPDATE
-             SET email = EXCLUDED.email, is_admin = EXCLUDED.is_admin, oidc_provider = EXCLUDED.oidc_provider
-           RETURNING *""",
-        uuid.uuid4(), email, is_admin, issuer, subject, provider,
+        """WITH upserted AS (
+               INSERT INTO users AS u (id, email, password_hash, is_admin, oidc_issuer, oidc_subject, oidc_provider,
+                                       oidc_claims_issued_at)
+               VALUES ($1, $2, NULL, $3, $4, $5, $6, $7)
+               ON CONFLICT (oidc_issuer, oidc_subject) DO UPDATE SET
+                 email = EXCLUDED.email, oidc_provider = EXCLUDED.oidc_provider,
+                 is_admin = EXCLUDED.is_admin AND (u.is_admin OR u.oidc_claims_issued_at IS DISTINCT FROM
+                                                                 EXCLUDED.oidc_claims_issued_at),
+                 oidc_claims_issued_at = EXCLUDED.oidc_claims_issued_at
+               WHERE u.oidc_claims_issued_at IS NULL OR u.oidc_claims_issued_at < EXCLUDED.oidc_claims_issued_at
+                  OR (u.oidc_claims_issued_at = EXCLUDED.oidc_claims_issued_at
+                      AND (u.email, u.oidc_provider, u.is_admin)
+                          IS DISTINCT FROM (EXCLUDED.email, EXCLUDED.oidc_provider, u.is_admin AND EXCLUDED.is_admin))
+               RETURNING *)
+           SELECT * FROM upserted
+           UNION ALL
+           SELECT * FROM users WHERE oidc_issuer = $4 AND oidc_subject = $5 AND NOT EXISTS (SELECT 1 FROM upserted)""",
+        uuid.uuid4(), email, is_admin, issuer, subject, provider, issued_at,
     )
+    if row is None:
+        # The row was made by a racing first sign-in that committed after
+        # this statement's snapshot, and this token changed nothing in it.
+        row = await db.fetchrow("SELECT * FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2", issuer, subject)
     assert row is not None
     return _user(row)
 
@@ -110,6 +139,14 @@ async def ensure_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID
         "INSERT INTO sessions (id, user_id, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
         session_id, user_id, expires_at,
     )
+
+
+async def session_ended(db: Database, session_id: uuid.UUID) -> bool:
+    """Whether the session row exists and is revoked or expired (False when
+    there is none yet: a bearer ID token's first use anywhere)."""
+    row = await db.fetchrow(
+        "SELECT revoked_at IS NOT NULL OR expires_at <= now() AS ended FROM sessions WHERE id = $1", session_id)
+    return bool(row is not None and row["ended"])
 
 
 async def active_session_user(db: Database, session_id: uuid.UUID) -> User | None:
