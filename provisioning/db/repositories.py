@@ -19,11 +19,14 @@ from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, User, Workspace
 
 # Also named in migrations 0003 and 0004, whose triggers publish every change
-# to workspaces, users and sessions: no code path sends events itself.
+# to workspaces, users (since 0010: to the columns replicas cache) and
+# sessions: no code path sends events itself.
 EVENTS_CHANNEL = "tenant_gateway_events"
 
 
 def _user(row: asyncpg.Record) -> User:
+    # Replicas cache these; migration 0010's trigger tells them when one of
+    # these columns changes, and only then: a column read here belongs there too.
     return User(id=row["id"], email=row["email"], is_admin=row["is_admin"], status=row["status"],
                 provider=row["oidc_provider"])
 

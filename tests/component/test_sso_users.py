@@ -6,18 +6,26 @@ token issued earlier is presented (a demoted admin's old ID token, still
 within its expiry), then nothing changes; one issued at the same second may
 take admin rights away but not give them; a newer one sets everything. The
 real-provider version of the story is in tests/integration/test_sso.py.
+
+And a sign-in that changes nothing the replicas act on tells them nothing:
+`user_changed` (which cuts the user's streams on every replica) comes only
+for a change of status, admin rights, email or provider.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import json
 import uuid
 from typing import Any, AsyncIterator
 
+import asyncpg
 import pytest
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
+from provisioning.models import AuditEvent
 
 ISSUER = "https://idp.example/realms/org-a"
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
@@ -97,3 +105,31 @@ async def test_a_password_account_with_the_same_email_is_never_touched(db: Datab
     user = await carol.signs_in(0, admin=True, email="carol@org-a.example")
     assert user.id != local.id
     assert not (await repo.get_user(db, local.id)).is_admin
+
+
+async def test_only_a_change_the_replicas_act_on_tells_them(db: Database, database_url: str) -> None:
+    events: list[dict[str, str]] = []
+    listener = await asyncpg.connect(database_url)
+    await listener.add_listener(repo.EVENTS_CHANNEL, lambda *args: events.append(json.loads(args[3])))
+
+    async def told() -> list[str]:
+        await asyncio.sleep(0.3)  # NOTIFY arrives at commit; give it time to cross
+        said = [event["kind"] for event in events]
+        events.clear()
+        return said
+
+    try:
+        alice = Person(db)
+        user = await alice.signs_in(0, admin=False)
+        assert await told() == []  # made, not changed
+        await alice.signs_in(60, admin=False)  # a later sign-in: only the issue time moves
+        await alice.signs_in(60, admin=False)  # and the same token again
+        assert await told() == []
+        await alice.signs_in(120, admin=True)
+        assert await told() == ["user_changed"]
+        await alice.signs_in(180, admin=True, email="alice@renamed.example")
+        assert await told() == ["user_changed"]
+        await repo.set_user_status(db, user.id, "suspended", AuditEvent("SuspendUser", None, None, None, {}))
+        assert await told() == ["user_changed"]
+    finally:
+        await listener.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any, Callable
 
@@ -20,7 +21,8 @@ from devstack.keycloak import ADMIN_GROUP, OTHER_CLIENT_ID
 from provisioning.db.pool import Database
 from proxy import keys
 from tests.signin_browser import new_browser
-from tests.gatewayclient import PASSWORD, admin_session, register_and_login
+from tests.gatewayclient import PASSWORD, Session, admin_session, register_and_login
+from tests.watches import open_watch, until_closed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
 
@@ -157,6 +159,37 @@ async def test_an_older_or_logged_out_id_token_does_not_give_back_admin_rights(
     finally:
         await db.close()
     assert row is not None and row["is_admin"] is True
+
+
+async def test_signing_in_again_cuts_no_open_stream_and_a_suspension_still_does(
+        make_gateway: Callable[..., Any], keycloak: Any, database_url: str) -> None:
+    """Given bob's watch open through the gateway on his ID token, when he
+    signs in again (Keycloak's login form, and a newer ID token on the API),
+    then the watch stays open: his row took the new token's issue time, and
+    nothing the replicas act on changed. When an admin suspends him, it ends
+    within 5 s."""
+    gateway = await make_gateway(oidc_providers=[keycloak.provider_config("org-a")])
+    bob = Session(gateway, "", "bob@org-a.example", keycloak.password_grant("org-a", "bob")["id_token"], "")
+    created = await bob.call("POST", "/api/v1/workspaces/init", json={})
+    assert created.status == 201, await created.text()
+    workspace = await created.json()
+    bob.user_id = (await me(gateway, bob.bearer))[1]["id"]
+    watch = asyncio.create_task(until_closed(await open_watch(gateway, bob, workspace), 60))
+    await asyncio.sleep(1.1)  # issue times are whole seconds: the next tokens are newer
+    browser = new_browser(gateway, keycloak)
+    try:
+        assert (await browser.sign_in("org-a", "bob")).status == 302
+    finally:
+        await browser.close()
+    newer = keycloak.password_grant("org-a", "bob")["id_token"]
+    assert (await me(gateway, {"Authorization": f"Bearer {newer}"}))[0] == 200
+    await asyncio.sleep(2)  # an event would have reached the replica in milliseconds
+    assert not watch.done()
+    root = await admin_session(gateway, database_url)
+    suspended_at = time.monotonic()
+    assert (await root.call("POST", f"/api/v1/users/{bob.user_id}/suspend")).status == 200
+    await watch
+    assert time.monotonic() - suspended_at < 5
 
 
 @pytest.mark.parametrize("username, code, extra", [
