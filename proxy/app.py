@@ -4,10 +4,10 @@
 middleware and response hook (proxy.front), the routes, the pass-through
 gate (proxy.passthrough.gate), and one cleanup context per long-lived
 resource, listed in the order they start (they stop in reverse): identity
-providers, database, event listener and sessions, the gateway's Kubernetes
-client, the audit writer, the pass-through's upstream, tenant tokens, open
-streams, the gate's workspace directory, the heap trimmer, the metrics
-listener. Tests build the very same app. Each stop is bounded by what is
+providers, database, the rate-limit counters' sweeper, event listener and
+sessions, the gateway's Kubernetes client, the audit writer, the
+pass-through's upstream, tenant tokens, open streams, the gate's workspace
+directory, the heap trimmer, the metrics listener. Tests build the very same app. Each stop is bounded by what is
 left of the stop's deadline (proxy.draining), so a database or API server
 that is gone cannot hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 """
@@ -43,6 +43,7 @@ from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.upstream import Upstream
+from proxy.ratelimit import CounterSweeper
 from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings
 from proxy.token_cache import TenantTokenCache, TokenKey
@@ -97,6 +98,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
         # Last to stop: everything before may still write (queued audit rows).
         await db.close(timeout=max(0.2, drain.remaining() - 0.5))
+
+    async def rate_limit_counters(app: web.Application) -> AsyncIterator[None]:
+        sweeper = CounterSweeper(app[keys.DATABASE])
+        await sweeper.start()
+        yield
+        await sweeper.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
 
     async def events_and_sessions(app: web.Application) -> AsyncIterator[None]:
         app[keys.EVENTS] = events = EventListener(database_dsn, connect_timeout=settings.database_timeout_seconds)
@@ -180,8 +187,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
         await trimmer.stop()
 
-    app.cleanup_ctx.extend([identity_providers, database, events_and_sessions, kubernetes, audit,
-                            pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
+    app.cleanup_ctx.extend([identity_providers, database, rate_limit_counters, events_and_sessions, kubernetes,
+                            audit, pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
                             metrics_listener(settings)])
     app.on_shutdown.append(end_streams)
     # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).

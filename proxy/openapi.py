@@ -78,7 +78,7 @@ DOCUMENT: dict[str, Any] = {
             params=[_path_name(), _query("next")])},
         "/api/v1/auth/oidc/{name}/callback": {"get": _op(
             "The provider's answer: session cookies and 302 to next", 302, auth=False, ok_type="text/plain",
-            errors=(401, 404, 503), params=[_path_name(), _query("state"), _query("code")])},
+            errors=(401, 404, 429, 503), params=[_path_name(), _query("state"), _query("code")])},
         "/api/v1/auth/device": {"post": _op("Start device sign-in (the command line)", 200, body="DeviceStart",
                                             auth=False, errors=(400, 415, 429, 503))},
         "/api/v1/auth/device/approve": {"post": _op("Approve a device's user code as the caller", 204,

@@ -99,6 +99,9 @@ class Settings:
     rate_init: RateLimit = RateLimit(5, 3600)
     """Onboarding makes cluster objects: few per user per hour stops namespace exhaustion."""
     rate_login: RateLimit = RateLimit(10, 60)
+    """Sign-in attempts per address and per email (password login), and per
+    address for SSO starts, SSO callbacks and device starts, each counted
+    apart: a person signs in a few times a minute, a guesser far more."""
     rate_register: RateLimit = RateLimit(10, 3600)
     rate_kubeconfig: RateLimit = RateLimit(30, 60)
     """Kubeconfig and token issuance per user: each is a TokenRequest and an audit row."""
@@ -332,7 +335,8 @@ VARIABLES: tuple[Variable, ...] = (
     _files("GATEWAY_OIDC_PROVIDERS", "a YAML list of identity providers"),
     _one("GATEWAY_PUBLIC_URL", "gateway_url", _origin, "for OIDC redirects, device links, exec kubeconfigs"),
     _one("GATEWAY_RATE_INIT", "rate_init", RateLimit.parse, "onboardings per user and address"),
-    _one("GATEWAY_RATE_LOGIN", "rate_login", RateLimit.parse, "logins per email and address"),
+    _one("GATEWAY_RATE_LOGIN", "rate_login", RateLimit.parse,
+         "sign-ins per email and address (password, SSO start and callback, device)"),
     _one("GATEWAY_RATE_REGISTER", "rate_register", RateLimit.parse, "registrations per address"),
     _one("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig", RateLimit.parse, "kubeconfig and token issuances per user"),
     _one("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace", _whole(1), "open streams per workspace"),

@@ -10,7 +10,7 @@ import contextlib
 import datetime
 import json
 import uuid
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import asyncpg
 
@@ -19,11 +19,14 @@ from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, User, Workspace
 
 # Also named in migrations 0003 and 0004, whose triggers publish every change
-# to workspaces, users and sessions: no code path sends events itself.
+# to workspaces, users (since 0010: to the columns replicas cache) and
+# sessions: no code path sends events itself.
 EVENTS_CHANNEL = "tenant_gateway_events"
 
 
 def _user(row: asyncpg.Record) -> User:
+    # Replicas cache these; migration 0010's trigger tells them when one of
+    # these columns changes, and only then: a column read here belongs there too.
     return User(id=row["id"], email=row["email"], is_admin=row["is_admin"], status=row["status"],
                 provider=row["oidc_provider"])
 
@@ -56,18 +59,47 @@ async def user_with_hash_by_email(db: Database, email: str) -> tuple[User, str] 
     return (_user(row), row["password_hash"]) if row else None
 
 
-async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, email: str, is_admin: bool) -> User:
-    """The user (issuer, subject) names, made at first sign-in; email and admin
-    rights follow the provider at every sign-in. Never matches a password
-    account, whatever the email."""
+async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, email: str, is_admin: bool,
+                   issued_at: datetime.datetime) -> User:
+    """The user (issuer, subject) names, made at first sign-in. Never matches
+    a password account, whatever the email.
+
+    Email and admin rights follow the provider, but only forward in time:
+    the row remembers the `iat` of the token it took them from, and
+    - a newer token (or a row from before that was remembered) sets them;
+    - a token exactly as old (providers count whole seconds: two tokens of
+      one second cannot be ordered) sets the email but may only take admin
+      rights away, never give them: of two such tokens, the lesser wins
+      whichever comes first;
+    - an older token changes nothing: a demoted admin's old ID token, still
+      within its expiry, cannot make them an admin again.
+    The row is updated only when one of these changes something, so a
+    repeated sign-in that changes nothing writes nothing.
+    """
     row = await db.fetchrow(
-        """INSERT INTO users (id, email, password_hash, is_admin, oidc_issuer, oidc_subject, oidc_provider)
-           VALUES ($1, $2, NULL, $3, $4, $5, $6)
-           ON CONFLICT (oidc_issuer, oidc_subject) DO UPDATE
-             SET email = EXCLUDED.email, is_admin = EXCLUDED.is_admin, oidc_provider = EXCLUDED.oidc_provider
-           RETURNING *""",
-        uuid.uuid4(), email, is_admin, issuer, subject, provider,
+        """WITH upserted AS (
+               INSERT INTO users AS u (id, email, password_hash, is_admin, oidc_issuer, oidc_subject, oidc_provider,
+                                       oidc_claims_issued_at)
+               VALUES ($1, $2, NULL, $3, $4, $5, $6, $7)
+               ON CONFLICT (oidc_issuer, oidc_subject) DO UPDATE SET
+                 email = EXCLUDED.email, oidc_provider = EXCLUDED.oidc_provider,
+                 is_admin = EXCLUDED.is_admin AND (u.is_admin OR u.oidc_claims_issued_at IS DISTINCT FROM
+                                                                 EXCLUDED.oidc_claims_issued_at),
+                 oidc_claims_issued_at = EXCLUDED.oidc_claims_issued_at
+               WHERE u.oidc_claims_issued_at IS NULL OR u.oidc_claims_issued_at < EXCLUDED.oidc_claims_issued_at
+                  OR (u.oidc_claims_issued_at = EXCLUDED.oidc_claims_issued_at
+                      AND (u.email, u.oidc_provider, u.is_admin)
+                          IS DISTINCT FROM (EXCLUDED.email, EXCLUDED.oidc_provider, u.is_admin AND EXCLUDED.is_admin))
+               RETURNING *)
+           SELECT * FROM upserted
+           UNION ALL
+           SELECT * FROM users WHERE oidc_issuer = $4 AND oidc_subject = $5 AND NOT EXISTS (SELECT 1 FROM upserted)""",
+        uuid.uuid4(), email, is_admin, issuer, subject, provider, issued_at,
     )
+    if row is None:
+        # The row was made by a racing first sign-in that committed after
+        # this statement's snapshot, and this token changed nothing in it.
+        row = await db.fetchrow("SELECT * FROM users WHERE oidc_issuer = $1 AND oidc_subject = $2", issuer, subject)
     assert row is not None
     return _user(row)
 
@@ -77,15 +109,20 @@ async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
     return _user(row) if row else None
 
 
-async def set_user_status(db: Database, user_id: uuid.UUID, status: str) -> User | None:
+async def set_user_status(db: Database, user_id: uuid.UUID, status: str, event: AuditEvent) -> User | None:
     """Suspending a user also revokes every session of theirs; the tables'
-    triggers (migration 0004) tell every replica when the transaction commits."""
+    triggers (migration 0004) tell every replica when the transaction commits.
+    The change and its audit row are one transaction: neither without the
+    other. None (and no audit row) when there is no such user."""
     async with db.transaction() as connection:
         row = await connection.fetchrow("UPDATE users SET status = $2 WHERE id = $1 RETURNING *", user_id, status)
-        if row is not None and status != "active":
+        if row is None:
+            return None
+        if status != "active":
             await connection.execute(
                 "UPDATE sessions SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL", user_id)
-    return _user(row) if row else None
+        await record_audit(connection, event)
+    return _user(row)
 
 
 # -- sessions -----------------------------------------------------------------
@@ -105,6 +142,14 @@ async def ensure_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID
         "INSERT INTO sessions (id, user_id, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
         session_id, user_id, expires_at,
     )
+
+
+async def session_ended(db: Database, session_id: uuid.UUID) -> bool:
+    """Whether the session row exists and is revoked or expired (False when
+    there is none yet: a bearer ID token's first use anywhere)."""
+    row = await db.fetchrow(
+        "SELECT revoked_at IS NOT NULL OR expires_at <= now() AS ended FROM sessions WHERE id = $1", session_id)
+    return bool(row is not None and row["ended"])
 
 
 async def active_session_user(db: Database, session_id: uuid.UUID) -> User | None:
@@ -157,12 +202,16 @@ async def create_device_code(db: Database, device_hash: bytes, user_code: str, t
     return row is not None
 
 
-async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID) -> bool:
-    """Approve a live, not yet approved code; False otherwise (unknown, expired, used)."""
+async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID, event: AuditEvent) -> bool:
+    """Approve a live, not yet approved code, and write its audit row, all or
+    nothing in one statement; False (and no row) otherwise (unknown, expired, used)."""
     row = await db.fetchrow(
-        """UPDATE device_codes SET approved_by = $2
-           WHERE user_code = $1 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
-           RETURNING 1""", user_code, user_id)
+        f"""WITH approved AS (
+               UPDATE device_codes SET approved_by = $8
+               WHERE user_code = $7 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
+               RETURNING 1),
+           audited AS ({_INSERT_AUDIT} FROM approved)
+           SELECT 1 FROM approved""", *_audit_row(event), user_code, user_id)
     return row is not None
 
 
@@ -360,24 +409,60 @@ async def query_audit(db: Database, *, workspace_id: uuid.UUID | None = None, us
 
 # -- rate limits --------------------------------------------------------------
 
-async def count_hits(db: Database, keys: list[str], window_seconds: int) -> dict[str, tuple[int, float]]:
+_COUNT_HIT = """
+    INSERT INTO rate_limits AS r (key, window_start, hits, window_end)
+    SELECT key, now(), 1, now() + make_interval(secs => $2) FROM unnest({keys}::text[]) AS key {where} ORDER BY key
+    ON CONFLICT (key) DO UPDATE SET
+      hits = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE r.hits + 1 END,
+      window_start = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN now() ELSE r.window_start END,
+      window_end = CASE WHEN r.window_start <= now() - make_interval(secs => $2)
+                        THEN now() + make_interval(secs => $2) ELSE r.window_end END
+    RETURNING key, hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining"""
+
+
+async def count_hits(db: Database, keys: Sequence[str], window_seconds: int, *, gated_keys: Sequence[str] = (),
+                     limit: int = 0) -> dict[str, tuple[int, float]]:
     """Count one event in each key's current fixed window.
 
     Returns, per key, the hits in the window so far and the seconds until it
     ends. One statement for all keys: concurrent replicas never lose a count,
     and a request limited on two keys (user and address) pays one round trip.
     Keys are locked in sorted order so two such requests cannot deadlock.
+
+    `gated_keys` are counted (and returned) only if no key of `keys` is over
+    `limit` with this hit: a client already refused by its address is not
+    also counted under keys it chooses itself (an email per attempt), which
+    would fill the table and use up someone else's allowance. They are
+    locked after `keys`, and callers keep the two sets of names apart, so
+    the order still cannot deadlock.
     """
+    primary = sorted(set(keys))
+    gated = sorted(set(gated_keys) - set(primary))
     rows = await db.fetch(
-        """INSERT INTO rate_limits AS r (key, window_start, hits)
-           SELECT key, now(), 1 FROM unnest($1::text[]) AS key ORDER BY key
-           ON CONFLICT (key) DO UPDATE SET
-             hits = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN 1 ELSE r.hits + 1 END,
-             window_start = CASE WHEN r.window_start <= now() - make_interval(secs => $2) THEN now() ELSE r.window_start END
-           RETURNING key, hits, EXTRACT(EPOCH FROM (window_start + make_interval(secs => $2) - now()))::float8 AS remaining""",
-        sorted(set(keys)), window_seconds,
+        f"""WITH counted AS ({_COUNT_HIT.format(keys="$1", where="")}),
+                 gated AS ({_COUNT_HIT.format(
+                     keys="$3", where="WHERE NOT EXISTS (SELECT 1 FROM counted WHERE hits > $4)")})
+            SELECT * FROM counted UNION ALL SELECT * FROM gated""",
+        primary, window_seconds, gated, limit,
     )
     return {r["key"]: (int(r["hits"]), float(r["remaining"])) for r in rows}
+
+
+async def sweep_rate_limits(db: Database, batch: int) -> int:
+    """Remove up to `batch` counters whose window has ended; how many went.
+    Rows a request is counting right now are skipped (SKIP LOCKED), so a
+    sweep never waits on a request or on another replica's sweep, and a
+    counter whose window restarted meanwhile is not taken (its new end is
+    re-read under the lock). Not counted as a request's checkout."""
+    async with db.connection(counted=False) as connection:
+        removed = await connection.fetchval(
+            """WITH gone AS (
+                 DELETE FROM rate_limits WHERE key IN (
+                   SELECT key FROM rate_limits WHERE window_end <= now()
+                   ORDER BY window_end LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 RETURNING 1)
+               SELECT count(*) FROM gone""", batch)
+    return int(removed)
 
 
 # -- open streams -------------------------------------------------------------

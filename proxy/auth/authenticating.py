@@ -5,7 +5,8 @@ up in the database and then cached per session id. A bearer ID token of a
 configured identity provider (automation without a browser) is verified with
 that provider's cached keys once, remembered until its own expiry, and
 recorded as a session row of its own on first use: from then on it is a
-session like the others (logout and suspension end it). The cache is trusted only
+session like the others (logout and suspension end it, and an ended one is
+refused before its claims touch the user's row). The cache is trusted only
 while the cross-replica event listener is connected (logout and suspension
 publish an event that evicts the entry on every replica); otherwise every
 request asks the database, and a database outage answers 503: fail closed.
@@ -111,8 +112,13 @@ class Authenticator:
         known = self._id_tokens.get(token)
         if known is None:
             provider, identity = await self._oidc.bearer_identity(token)
-            user = await admit(self._db, provider, identity)
             session_id = uuid.uuid5(_ID_TOKEN_SESSIONS, token)
+            # A token logged out (or whose user was suspended) on any replica
+            # is refused here, before `admit` writes its claims to the user's
+            # row: an ended session must not change anything.
+            if await repo.session_ended(self._db, session_id):
+                raise Unauthenticated("the session has ended; log in again", code="session_ended")
+            user = await admit(self._db, provider, identity)
             # The token's session row, on its first use on any replica: a
             # logout revokes it (every replica hears), a suspension of the
             # user ends it, and the token's own expiry bounds it.

@@ -5,7 +5,10 @@ One `ProviderClient` per configured provider, all sharing one outbound
 `discovery_seconds` (GATEWAY_OIDC_DISCOVERY_SECONDS, an hour); the JWKS is cached until a token names a key id it does not hold, then
 fetched again (key rotation), but at most once per `refetch_interval` per
 provider: a flood of tokens with made-up key ids costs the provider one
-request per interval, not one per token. Each fill is single-flight.
+request per interval, not one per token. A fetch that fails is remembered
+for the same interval: meanwhile a token naming a key not held is answered
+503 (provider unavailable), not 401, and the provider is not asked again.
+Each fill is single-flight.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class ProviderClient:
         self._discovery: tuple[float, Discovery] | None = None
         self._keys: dict[str, jwt.PyJWK] = {}
         self._keys_fetched_at: float | None = None
+        self._keys_failed_at: float | None = None
         self._lock = asyncio.Lock()
         self.jwks_fetches = 0
         """How often the JWKS was fetched: tests and metrics read it."""
@@ -126,11 +130,22 @@ class ProviderClient:
             if key is not None:
                 return key
             now = self._clock()
+            if self._keys_failed_at is not None and now - self._keys_failed_at < self._refetch_interval:
+                # The last fetch failed moments ago: the provider is down, and
+                # the token may well be good (503, not 401), but it is not
+                # asked again before the interval is up.
+                raise ProviderUnavailable()
             if self._keys_fetched_at is None or now - self._keys_fetched_at >= self._refetch_interval:
-                discovery = await self._discovery_locked()
-                self._keys_fetched_at = now
-                self.jwks_fetches += 1
-                self._keys = oidc_tokens.jwks_keys(await self._get_json(discovery.jwks_uri))
+                try:
+                    discovery = await self._discovery_locked()
+                    self.jwks_fetches += 1
+                    fetched = oidc_tokens.jwks_keys(await self._get_json(discovery.jwks_uri))
+                except ProviderUnavailable:
+                    self._keys_failed_at = self._clock()
+                    raise
+                # Only a fetch that succeeded counts as the provider's word on
+                # its keys: after a failed one, an unknown kid is not a forgery.
+                self._keys, self._keys_fetched_at, self._keys_failed_at = fetched, now, None
                 key = self._keys.get(kid)
         if key is None:
             raise InvalidIdToken("the token is signed with a key the provider does not publish",

@@ -3,11 +3,12 @@
 `admit` is the one place that turns a verified identity into a gateway user,
 for the browser callback and for bearer ID tokens alike: `allowed_groups`
 first, then the user (issuer, subject) names, created or updated with the
-email and admin rights the provider states today. `bearer_identity` picks
-the provider by the token's (unverified) issuer, then verifies with that
-provider's keys and accepted audiences: a token of one organisation's realm
-is checked against that realm only, and a token minted for another client
-fails its audience check.
+email and admin rights the provider states in this token, unless the row
+already holds those of a newer one (repositories.sso_user).
+`bearer_identity` picks the provider by the token's (unverified) issuer,
+then verifies with that provider's keys and accepted audiences: a token of
+one organisation's realm is checked against that realm only, and a token
+minted for another client fails its audience check.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ async def admit(db: Database, provider: OIDCProvider, identity: Identity) -> Use
     """The gateway user for a verified identity, or 401 if the provider's policy keeps them out."""
     oidc_tokens.check_allowed(provider, identity)
     user = await repo.sso_user(db, provider=provider.name, issuer=identity.issuer, subject=identity.subject,
-                               email=identity.email, is_admin=oidc_tokens.is_admin(provider, identity))
+                               email=identity.email, is_admin=oidc_tokens.is_admin(provider, identity),
+                               issued_at=identity.issued_at)
     if user.status != "active":
         raise InvalidIdToken("this account is suspended", code="user_suspended")
     return user

@@ -50,6 +50,9 @@ class Identity:
     email: str
     groups: frozenset[str]
     expires_at: datetime.datetime
+    issued_at: datetime.datetime
+    """The token's `iat`: a user's row takes email and admin rights only from
+    a token at least as new as the one it took them from last (repositories.sso_user)."""
 
 
 def allowed_algorithms(advertised: Iterable[Any]) -> frozenset[str]:
@@ -145,8 +148,17 @@ def verify_id_token(token: str, key: jwt.PyJWK, algorithm: str, provider: OIDCPr
     return Identity(
         provider=provider.name, issuer=provider.issuer, subject=_text_claim(claims, "sub", 255),
         email=_text_claim(claims, "email", 254), groups=_groups(claims, provider.groups_claim),
-        expires_at=datetime.datetime.fromtimestamp(int(claims["exp"]), datetime.timezone.utc),
+        expires_at=_instant(claims, "exp"), issued_at=_instant(claims, "iat"),
     )
+
+
+def _instant(claims: Mapping[str, Any], name: str) -> datetime.datetime:
+    """A time claim (a number, checked by `_check_times`) as a datetime; one
+    too far from now for the platform's clock is refused, not a 500."""
+    try:
+        return datetime.datetime.fromtimestamp(int(claims[name]), datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise InvalidIdToken(f"the token's {name} is out of range", code="id_token_claims") from None
 
 
 def _check_times(claims: Mapping[str, Any], now: datetime.datetime) -> None:

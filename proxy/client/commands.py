@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import sys
 import time
 import urllib.parse
@@ -22,6 +23,11 @@ from proxy.client import store
 from proxy.client.cached import cached_token, exec_credential, parse_time
 
 _TIMEOUT = 30
+# Bounds on what the gateway's device sign-in answer may ask of the command
+# line: a hostile or broken answer must not make it poll in a tight loop or
+# sleep for ever.
+_MAX_INTERVAL = 60
+_MAX_EXPIRES_IN = 3600
 
 
 class CommandError(Exception):
@@ -43,6 +49,7 @@ def _context(ca_file: str | None) -> "ssl.SSLContext":
 
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
           token: str | None = None) -> tuple[int, Any]:
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -54,17 +61,30 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(gateway + path, data=data, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=_TIMEOUT, context=_context(ca_file)) as answer:
-            status, raw = answer.status, answer.read()
-    except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT, context=_context(ca_file)) as answer:
+                status, raw = answer.status, answer.read()
+        except urllib.error.HTTPError as error:
+            status, raw = error.code, error.read()
     except (urllib.error.URLError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise CommandError(f"cannot reach the gateway at {gateway}: {reason}") from None
+    except http.client.HTTPException as error:
+        # An answer cut short (IncompleteRead) or not HTTP at all: not an
+        # OSError, and the contract promises one line, not a traceback.
+        raise CommandError(f"the gateway at {gateway} sent a broken answer ({type(error).__name__})") from None
     try:
         return status, json.loads(raw) if raw else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser's stack
         return status, None
+
+
+def _seconds(answer: dict[str, Any], name: str, default: int, maximum: int) -> int:
+    """A whole number of seconds from the gateway's answer, within [1, maximum]."""
+    value = answer.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CommandError(f"device sign-in could not start: the gateway's answer has no valid {name}")
+    return min(maximum, max(1, int(value)))
 
 
 def _error_code(body: Any) -> str:
@@ -85,6 +105,8 @@ def cmd_login(args: argparse.Namespace) -> int:
                             body={"provider": args.provider} if args.provider else {})
     if status != 200 or not isinstance(started, dict):
         raise CommandError(f"device sign-in could not start: {_error_text(status, started)}")
+    interval = _seconds(started, "interval", 5, _MAX_INTERVAL)
+    deadline = time.monotonic() + _seconds(started, "expires_in", 600, _MAX_EXPIRES_IN)
     link = str(started.get("verification_uri_complete") or started.get("verification_uri"))
     print(f"To sign in, open {link}\nand approve the code {started.get('user_code')}", file=sys.stderr, flush=True)
     if not args.no_browser:
@@ -94,8 +116,6 @@ def cmd_login(args: argparse.Namespace) -> int:
             webbrowser.open(link)
         except webbrowser.Error:
             pass
-    interval = max(1, int(started.get("interval", 5)))
-    deadline = time.monotonic() + int(started.get("expires_in", 600))
     while time.monotonic() < deadline:
         time.sleep(interval if not args.poll_interval else args.poll_interval)
         status, answer = _call(gateway, "POST", "/api/v1/auth/device/token", ca_file=ca_file,

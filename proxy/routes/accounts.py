@@ -66,8 +66,11 @@ async def login(request: web.Request) -> web.Response:
     # otherwise reach the rate-limit table's index and fail there (a 500).
     email = bounded_string(body.get("email"), "email", MAX_EMAIL_LENGTH, code="invalid_credentials_format")
     password = bounded_string(body.get("password"), "password", passwords.MAX_LENGTH, code="invalid_credentials_format")
-    await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login,
-                            {"login": rate_address(request), "login-email": email.strip().lower()})
+    # The email's count stops once the address is over its limit: an address
+    # cycling through emails neither adds a row per email nor uses up
+    # someone else's allowance (proxy.ratelimit).
+    await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login, {"login": rate_address(request)},
+                            gated={"login-email": email.strip().lower()})
     found = await repo.user_with_hash_by_email(db, email.strip())
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)
@@ -111,10 +114,12 @@ async def _set_user_status(request: web.Request, status: str, action: str) -> we
     user_id = uuid_from(request.match_info["id"], "user")
     if user_id == who.user.id:
         raise Forbidden("administrators cannot suspend themselves", code="self_suspension")
-    user = await repo.set_user_status(db, user_id, status)
+    # One transaction with its audit row (as register): a suspension that
+    # answered 503 for want of its row must not have happened.
+    user = await repo.set_user_status(db, user_id, status, AuditEvent(
+        action, who.user.id, None, client_ip(request), {"target_user": str(user_id)}))
     if user is None:
         raise NotFound("no such user")
-    await repo.record_audit(db, AuditEvent(action, who.user.id, None, client_ip(request), {"target_user": str(user_id)}))
     return web.json_response({"id": str(user.id), "status": user.status})
 
 

@@ -84,10 +84,12 @@ async def approve(request: web.Request) -> web.Response:
     user_code = normalise_user_code(body.get("user_code"))
     await ratelimit.enforce(db, app[keys.METRICS], app[keys.SETTINGS].rate_login,
                             {"device-approve": str(who.user.id)})
-    if not await repo.approve_device_code(db, user_code, who.user.id):
+    # The approval and its audit row in one statement: no device session
+    # comes of an approval the audit log does not show.
+    if not await repo.approve_device_code(db, user_code, who.user.id,
+                                          AuditEvent("ApproveDevice", who.user.id, None, client_ip(request), {})):
         raise BadRequest("that code is unknown, used or expired; run `tenant-gateway login` again",
                          code="invalid_user_code")
-    await repo.record_audit(db, AuditEvent("ApproveDevice", who.user.id, None, client_ip(request), {}))
     return web.Response(status=204)
 
 

@@ -2,7 +2,9 @@
 
 Every failure of the callback is a 401 with the contract's error shape and
 no session; it is audited as a failed `Login` naming the provider and the
-check that failed, never the code, state or token.
+check that failed, never the code, state or token. Callbacks are
+rate-limited per address (GATEWAY_RATE_LOGIN, like the starts) before any of
+that: 429 with `Retry-After`, and no audit row.
 """
 
 from __future__ import annotations
@@ -77,6 +79,11 @@ async def callback(request: web.Request) -> web.Response:
     db, settings = app[keys.DATABASE], app[keys.SETTINGS]
     client = app[keys.OIDC].client(request.match_info["name"])
     provider = client.provider
+    # Before anything is written: every failure below leaves an audit row,
+    # and audit_logs is append-only, so an unlimited stream of forged
+    # callbacks would grow it for ever. One address gets as many callbacks
+    # as sign-in starts.
+    await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login, {"oidc-callback": rate_address(request)})
     try:
         if "error" in request.query:
             raise Unauthenticated("the identity provider did not sign you in", code="provider_refused")

@@ -183,6 +183,32 @@ async def test_sign_in_starts_count_an_ipv6_slash_64_as_one_address(make_gateway
             assert answer.status == expected, (path, host, await answer.text())
 
 
+async def test_failed_sso_callbacks_are_limited_per_address_before_they_are_audited(
+        make_gateway: Any, database_url: str) -> None:
+    """Given a client sending forged callbacks (`?error=...`), each one a
+    failed `Login` audit row in an append-only table, when it goes past
+    GATEWAY_RATE_LOGIN, then it gets 429 with `Retry-After` and the contract's
+    error shape, and no more rows are written; another address is not held up.
+    (The provider is never reached: these fail before the code exchange.)"""
+    gateway = await make_gateway(
+        GATEWAY_TRUSTED_PROXIES="127.0.0.1", GATEWAY_RATE_LOGIN="3/3600",
+        oidc_providers=[{"name": "org", "issuer": f"https://127.0.0.1:{free_port()}/realms/org",
+                         "client_id": "gateway", "client_secret": "s"}])
+    forged = {"X-Forwarded-For": "198.51.100.7"}
+    path = "/api/v1/auth/oidc/org/callback?error=access_denied"
+    for _ in range(3):
+        assert await error_of(await gateway.get(path, headers=forged)) == (401, "provider_refused")
+    for _ in range(5):
+        limited = await gateway.get(path, headers=forged)
+        assert await error_of(limited) == (429, "rate_limited") and int(limited.headers["Retry-After"]) > 0
+    other = await gateway.get(path, headers={"X-Forwarded-For": "198.51.100.8"})
+    assert await error_of(other) == (401, "provider_refused")
+    root = await admin_session(gateway, database_url)
+    rows = await (await root.call("GET", "/api/v1/audit?action=Login")).json()
+    failed = [row for row in rows if row["details"].get("reason") == "provider_refused"]
+    assert sorted(row["ip_address"] for row in failed) == ["198.51.100.7"] * 3 + ["198.51.100.8"]
+
+
 async def test_nul_characters_are_refused_as_input_not_crashes(gateway: Any, database_url: str) -> None:
     """U+0000 is valid JSON and valid percent-encoding, but PostgreSQL text
     cannot hold it: wherever it would reach the database, the answer is 400."""

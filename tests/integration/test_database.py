@@ -20,6 +20,7 @@ import pytest
 from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
+from provisioning.models import AuditEvent
 from tests.conftest import new_database
 
 
@@ -81,7 +82,7 @@ async def test_user_and_session_changes_reach_the_replicas_from_the_database(dat
                                       + datetime.timedelta(hours=1))
         await repo.revoke_session(db, first)
         await repo.revoke_session(db, first)  # already revoked: nothing new to say
-        await repo.set_user_status(db, user.id, "suspended")
+        await repo.set_user_status(db, user.id, "suspended", AuditEvent("SuspendUser", None, None, None, {}))
         for _ in range(50):
             if len(events) >= 3:
                 break
@@ -114,8 +115,6 @@ async def test_concurrent_claims_of_one_user_agree_on_one_workspace(database_url
 async def test_an_issuance_is_recorded_only_for_the_workspace_as_it_was_read(database_url: str) -> None:
     """The audit row is the last gate before a kubeconfig leaves: a suspension
     (or a replaced ServiceAccount) that lands while the token is minted wins."""
-    from provisioning.models import AuditEvent
-
     db = await Database.connect(database_url, min_size=1, max_size=2)
     try:
         user = await repo.create_user(db, f"{uuid.uuid4().hex}@example.test", "not-a-real-hash")
@@ -141,7 +140,6 @@ async def test_the_audit_writer_outlives_a_batch_the_database_refuses(database_u
     """PostgreSQL's jsonb refuses \\u0000 (a real refusal, not a fake): that
     batch is dropped and logged, and the writer goes on recording."""
     from provisioning.audit import AuditWriter
-    from provisioning.models import AuditEvent
 
     db = await Database.connect(database_url, min_size=1, max_size=2)
     writer = AuditWriter(db, interval=0.05)

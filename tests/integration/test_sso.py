@@ -9,16 +9,20 @@ from the provider's groups at this sign-in.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 from typing import Any, Callable
 
 import pytest
 
 from devstack.keycloak import ADMIN_GROUP, OTHER_CLIENT_ID
+from provisioning.db.pool import Database
 from proxy import keys
 from tests.signin_browser import new_browser
-from tests.gatewayclient import PASSWORD, admin_session, register_and_login
+from tests.gatewayclient import PASSWORD, Session, admin_session, register_and_login
+from tests.watches import open_watch, until_closed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
 
@@ -108,6 +112,84 @@ async def test_admin_rights_are_read_from_the_groups_at_every_sign_in(
             await browser.close()
     assert seen[0]["id"] == seen[1]["id"]
     assert [body["is_admin"] for body in seen] == [True, False]
+
+
+async def test_an_older_or_logged_out_id_token_does_not_give_back_admin_rights(
+        make_gateway: Callable[..., Any], keycloak: Any, database_url: str) -> None:
+    """Given alice holding an ID token from while she was an admin, when the
+    provider's word changes and a newer token says she is not, then her old
+    token, shown to a replica that has not seen it, does not make her one
+    again; and a token that was logged out is refused before its claims
+    touch her row. (The realm's groups are fixed for the whole session, so
+    the provider's word changes by the gateway reading it differently:
+    admin_groups. The tokens and their issue times are Keycloak's own.)"""
+    reads_admin = [keycloak.provider_config("org-a")]
+    reads_not_admin = [keycloak.provider_config("org-a", admin_groups=["nobody"])]
+
+    def bearer(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    old = keycloak.password_grant("org-a", "alice")["id_token"]
+    status, body = await me(await make_gateway(oidc_providers=reads_admin), bearer(old))
+    assert status == 200 and body["is_admin"] is True
+    await asyncio.sleep(1.1)  # issue times are whole seconds
+    newer = keycloak.password_grant("org-a", "alice")["id_token"]
+    status, body = await me(await make_gateway(oidc_providers=reads_not_admin), bearer(newer))
+    assert status == 200 and body["is_admin"] is False
+
+    fresh_replica = await make_gateway(oidc_providers=reads_admin)
+    status, body = await me(fresh_replica, bearer(old))
+    assert status == 200 and body["is_admin"] is False
+    refused = await fresh_replica.get("/api/v1/audit", headers=bearer(old))
+    assert refused.status == 403 and (await refused.json())["error"]["code"] == "admin_required"
+
+    # Forward in time it still follows the provider; then that token is logged out.
+    await asyncio.sleep(1.1)
+    newest = keycloak.password_grant("org-a", "alice")["id_token"]
+    status, body = await me(fresh_replica, bearer(newest))
+    assert status == 200 and body["is_admin"] is True
+    assert (await fresh_replica.post("/api/v1/auth/logout", headers=bearer(newest))).status == 204
+    # Another replica, reading alice as no admin, has not seen it: refused
+    # before admit, which would otherwise have written its reading.
+    answer = await (await make_gateway(oidc_providers=reads_not_admin)).get("/api/v1/me", headers=bearer(newest))
+    assert answer.status == 401 and (await answer.json())["error"]["code"] == "session_ended"
+    db = await Database.connect(database_url, min_size=1, max_size=1)
+    try:
+        row = await db.fetchrow("SELECT is_admin FROM users WHERE id = $1", uuid.UUID(body["id"]))
+    finally:
+        await db.close()
+    assert row is not None and row["is_admin"] is True
+
+
+async def test_signing_in_again_cuts_no_open_stream_and_a_suspension_still_does(
+        make_gateway: Callable[..., Any], keycloak: Any, database_url: str) -> None:
+    """Given bob's watch open through the gateway on his ID token, when he
+    signs in again (Keycloak's login form, and a newer ID token on the API),
+    then the watch stays open: his row took the new token's issue time, and
+    nothing the replicas act on changed. When an admin suspends him, it ends
+    within 5 s."""
+    gateway = await make_gateway(oidc_providers=[keycloak.provider_config("org-a")])
+    bob = Session(gateway, "", "bob@org-a.example", keycloak.password_grant("org-a", "bob")["id_token"], "")
+    created = await bob.call("POST", "/api/v1/workspaces/init", json={})
+    assert created.status == 201, await created.text()
+    workspace = await created.json()
+    bob.user_id = (await me(gateway, bob.bearer))[1]["id"]
+    watch = asyncio.create_task(until_closed(await open_watch(gateway, bob, workspace), 60))
+    await asyncio.sleep(1.1)  # issue times are whole seconds: the next tokens are newer
+    browser = new_browser(gateway, keycloak)
+    try:
+        assert (await browser.sign_in("org-a", "bob")).status == 302
+    finally:
+        await browser.close()
+    newer = keycloak.password_grant("org-a", "bob")["id_token"]
+    assert (await me(gateway, {"Authorization": f"Bearer {newer}"}))[0] == 200
+    await asyncio.sleep(2)  # an event would have reached the replica in milliseconds
+    assert not watch.done()
+    root = await admin_session(gateway, database_url)
+    suspended_at = time.monotonic()
+    assert (await root.call("POST", f"/api/v1/users/{bob.user_id}/suspend")).status == 200
+    await watch
+    assert time.monotonic() - suspended_at < 5
 
 
 @pytest.mark.parametrize("username, code, extra", [

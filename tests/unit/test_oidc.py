@@ -76,6 +76,19 @@ def test_each_bad_claim_is_refused_with_its_own_code(overrides: dict[str, Any], 
     assert refused.value.code == code and refused.value.status == 401
 
 
+def test_the_identity_carries_the_tokens_issue_time() -> None:
+    """repositories.sso_user orders a user's tokens by it."""
+    issued = int(time.time()) - 100
+    identity = verify(fake_token(iat=issued))
+    assert identity.issued_at == datetime.datetime.fromtimestamp(issued, datetime.timezone.utc)
+
+
+def test_an_issue_time_the_platform_cannot_hold_is_refused_not_a_crash() -> None:
+    with pytest.raises(InvalidIdToken) as refused:
+        verify(fake_token(iat=-(10**20)))
+    assert refused.value.code == "id_token_claims"
+
+
 def test_a_token_signed_by_another_key_is_refused() -> None:
     other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     forged = jwt.encode({"iss": ISSUER}, other, algorithm="RS256", headers={"kid": "k1"})

@@ -1,0 +1,172 @@
+"""The command line's failures are one line, never a traceback (proxy.client.commands).
+
+Given a gateway that answers badly (a body cut short, JSON nested past the
+parser's stack, a device sign-in answer whose numbers are not numbers), when
+`tenant-gateway login` or `credential` runs, then it exits 1 with one line
+saying what went wrong. The answers come over a real loopback socket from a
+server that sends canned bytes: urllib and http.client read them as they
+would any gateway's.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from proxy.client import commands, store
+
+
+class CannedServer:
+    """Answers every connection on 127.0.0.1 with the next canned response, then closes it."""
+
+    def __init__(self, responses: list[bytes]) -> None:
+        self._responses = list(responses)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while self._responses:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            with connection:
+                connection.settimeout(5)
+                if self._read_request(connection):
+                    connection.sendall(self._responses.pop(0))
+
+    @staticmethod
+    def _read_request(connection: socket.socket) -> bool:
+        """The whole request, body included: closing with bytes unread would reset the connection."""
+        request = b""
+        while b"\r\n\r\n" not in request:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return False
+            request += chunk
+        head, _, body = request.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < length:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return False
+            body += chunk
+        return True
+
+    def close(self) -> None:
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+def answer(body: bytes, *, status: str = "200 OK", content_length: int | None = None) -> bytes:
+    length = len(body) if content_length is None else content_length
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n"
+            f"Connection: close\r\n\r\n").encode() + body
+
+
+def device_start(**fields: object) -> bytes:
+    document = {"device_code": "d", "user_code": "BCDF-GHJK", "verification_uri": "http://x/device",
+                "interval": 5, "expires_in": 600, **fields}
+    return answer(json.dumps(document).encode())
+
+
+@pytest.fixture(autouse=True)
+def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    yield tmp_path
+
+
+def one_line_failure(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert commands.main(argv) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith(("To sign in", "and approve"))]
+    assert len(lines) == 1 and lines[0].startswith("tenant-gateway: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def login(server: CannedServer) -> list[str]:
+    return ["login", "--gateway", server.url, "--no-browser", "--poll-interval", "0.01"]
+
+
+@pytest.mark.parametrize("fields", [
+    {"interval": "soon"}, {"interval": None}, {"interval": [5]}, {"interval": True},
+    {"expires_in": "ten minutes"}, {"expires_in": {"s": 600}},
+])
+def test_a_device_answer_whose_numbers_are_not_numbers_is_one_line(
+        capsys: pytest.CaptureFixture[str], fields: dict[str, object]) -> None:
+    server = CannedServer([device_start(**fields)])
+    try:
+        line = one_line_failure(capsys, login(server))
+    finally:
+        server.close()
+    assert "no valid" in line
+
+
+def test_infinite_numbers_are_refused_too() -> None:
+    """JSON as Python reads it takes `Infinity` and `NaN`, which int() cannot."""
+    with pytest.raises(commands.CommandError):
+        commands._seconds(json.loads('{"interval": Infinity}'), "interval", 5, 60)
+    with pytest.raises(commands.CommandError):
+        commands._seconds(json.loads('{"interval": NaN}'), "interval", 5, 60)
+    assert commands._seconds({"interval": 10**12}, "interval", 5, 60) == 60
+    assert commands._seconds({"interval": 0}, "interval", 5, 60) == 1
+    assert commands._seconds({}, "interval", 5, 60) == 5
+
+
+def test_an_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The gateway promised 100 bytes and closed after 5: http.client's IncompleteRead."""
+    server = CannedServer([answer(b'{"dev', content_length=100)])
+    try:
+        line = one_line_failure(capsys, login(server))
+    finally:
+        server.close()
+    assert "broken answer (IncompleteRead)" in line
+
+
+def test_an_error_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    server = CannedServer([answer(b'{"err', status="503 Service Unavailable", content_length=100)])
+    try:
+        line = one_line_failure(capsys, login(server))
+    finally:
+        server.close()
+    assert "broken answer" in line
+
+
+def test_json_nested_past_the_parsers_stack_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    deep = b"[" * 200_000 + b"]" * 200_000
+    server = CannedServer([answer(deep)])
+    try:
+        line = one_line_failure(capsys, login(server))
+    finally:
+        server.close()
+    assert "device sign-in could not start" in line
+
+
+def test_a_token_answer_nested_past_the_parsers_stack_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """`credential` with no cached token mints one; its answer is read the same way."""
+    server = CannedServer([answer(b"{\"a\":" * 100_000 + b"1" + b"}" * 100_000)])
+    path = store.credentials_path()
+    store.write(path, {"gateways": {server.url: {"session": "s", "tokens": {}}}})
+    try:
+        line = one_line_failure(capsys, ["credential", "--gateway", server.url, "--workspace", "w"])
+    finally:
+        server.close()
+    assert "no token for workspace w" in line
+
+
+def test_a_poll_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    server = CannedServer([device_start(interval=1), answer(b'{"tok', content_length=50)])
+    try:
+        line = one_line_failure(capsys, login(server))
+    finally:
+        server.close()
+    assert "broken answer" in line
