@@ -48,7 +48,9 @@ class Relay:
         self.tokens.invalidate(ticket.token_key, token)
 
     def record(self, ticket: Ticket, status: int) -> None:
-        """Writes are recorded with the human identity; reads only counted."""
+        """Writes are recorded with the human identity; reads only counted.
+        Status 0: no answer came (the client left, or the exchange failed),
+        and the write may have taken effect all the same."""
         if not ticket.decision.is_write:
             self.metrics.proxy_read()
             return

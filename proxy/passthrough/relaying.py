@@ -92,14 +92,20 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
     cleanly."""
     token = relay.cached_token(ticket) or await relay.token(ticket)
     try:
-        upstream = await _request(relay, ticket, request, token)
-    except SEND_FAILURES as error:
-        send_failed(error)
-    if upstream.status == 401 and not request.body_exists:
-        upstream.release()
-        relay.drop_token(ticket, token)
-        token = await relay.token(ticket)
-        upstream = await _send(relay, ticket, request, token)
+        try:
+            upstream = await _request(relay, ticket, request, token)
+        except SEND_FAILURES as error:
+            send_failed(error)
+        if upstream.status == 401 and not request.body_exists:
+            upstream.release()
+            relay.drop_token(ticket, token)
+            token = await relay.token(ticket)
+            upstream = await _send(relay, ticket, request, token)
+    except BaseException:
+        # Sent, perhaps, and unanswered: a client that hangs up at once (or
+        # a failed exchange) must not leave a write that took effect unaudited.
+        relay.record(ticket, 0)
+        raise
     if upstream.status == 401:
         relay.drop_token(ticket, token)
     # Recorded as soon as the API server has answered: a client that hangs up

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gzip
+import json
 import ssl
 import uuid
 from pathlib import Path
@@ -136,6 +137,37 @@ async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_time
     user, path = await provisioned_workspace(gateway)
     async with asyncio.timeout(10):  # the default (60 s) would not answer in time
         assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
+
+
+async def test_a_write_whose_client_left_before_the_answer_is_still_audited(
+        make_gateway: Any, aiohttp_server: Any) -> None:
+    """The write reached the (FAKE, hung) API server, which may well carry
+    it out; the client hangs up before any answer. The audit row is written
+    all the same, with no status (0)."""
+    arrived = asyncio.Event()
+
+    async def take_and_hang(request: web.Request) -> web.Response:
+        await request.read()
+        arrived.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", take_and_hang)
+    server = await aiohttp_server(app)
+    gateway = await make_gateway(kube=FakeTokenIssuer(str(server.make_url("")).rstrip("/")))
+    user, path = await provisioned_workspace(gateway)
+    write = asyncio.create_task(gateway.post(path, json={"metadata": {"name": "x"}}, headers=user.bearer))
+    await asyncio.wait_for(arrived.wait(), 10)
+    write.cancel()  # the client hangs up
+    with pytest.raises(asyncio.CancelledError):
+        await write
+    db = gateway.server.app[keys.DATABASE]
+    async with asyncio.timeout(10):
+        while not (rows := await db.fetch("SELECT details FROM audit_logs WHERE action = 'ProxyWrite'"
+                                          " AND user_id = $1", uuid.UUID(user.user_id))):
+            await asyncio.sleep(0.1)
+    assert [json.loads(r["details"])["status"] for r in rows] == [0]
 
 
 async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
