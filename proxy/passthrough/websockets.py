@@ -33,7 +33,7 @@ from multidict import CIMultiDict
 
 from provisioning.errors import BadRequest, UpstreamError
 from proxy.passthrough.framing import FrameBoundary
-from proxy.passthrough.headers import offered_subprotocols, upstream_request_headers, websocket_subprotocols
+from proxy.passthrough.headers import upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.http1 import Upgrade
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.routing import stream_target
@@ -181,12 +181,17 @@ class _Tunnel(asyncio.Protocol):
 
     def close(self, *, cut: bool) -> None:
         """Both connections: closed after what is queued is sent, or for a
-        cut, at once."""
+        cut, at once. What is queued gets `_CLOSE_SECONDS` to go: a peer
+        that never reads would otherwise hold the connection (and, upstream,
+        the exec at the kubelet) for as long as it likes, past the stream's
+        slot and out of reach of any cut."""
+        loop = asyncio.get_running_loop()
         for transport in (self._upstream, self._client):
             if cut:
                 transport.abort()
             else:
                 transport.close()
+                loop.call_later(_CLOSE_SECONDS, transport.abort)  # a no-op once it has closed
 
 
 class _ClientBytes:
@@ -225,13 +230,16 @@ def _well_formed(request: web.Request) -> bool:
     API server chooses, after this check), so the check is given the
     client's own list and finds a match. Given an empty list, it warned on
     every correct upgrade, quoting the offered protocols, which may hold a
-    `base64url.bearer.authorization.k8s.io.` token. Compression is left out
-    of the check: the client's Extensions never go upstream, and aiohttp's
-    parser of them raises ValueError (a 500) on a window size of 4,301
-    digits."""
+    `base64url.bearer.authorization.k8s.io.` token. aiohttp reads the
+    first Sec-WebSocket-Protocol line only, so that is the list it is given
+    (every line's, and an empty first line, offering nothing aiohttp sees,
+    got the token logged). Compression is left out of the check: the
+    client's Extensions never go upstream, and aiohttp's parser of them
+    raises ValueError (a 500) on a window size of 4,301 digits."""
+    first_line = request.headers.get("Sec-WebSocket-Protocol")
+    protocols = [p.strip() for p in first_line.split(",")] if first_line is not None else []
     return (is_websocket_key(request.headers.get("Sec-WebSocket-Key"))
-            and web.WebSocketResponse(protocols=offered_subprotocols(request.headers),
-                                      compress=False).can_prepare(request).ok)
+            and web.WebSocketResponse(protocols=protocols, compress=False).can_prepare(request).ok)
 
 
 async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: str) -> tuple[Upgrade, str | None]:

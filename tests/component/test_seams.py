@@ -16,6 +16,7 @@ import asyncio
 import datetime
 import gzip
 import json
+import logging
 import ssl
 import uuid
 from pathlib import Path
@@ -249,6 +250,26 @@ async def test_a_token_the_api_server_refuses_is_not_used_again_for_the_namespac
         assert tokens == ["Bearer token-1", "Bearer token-2"]
     finally:
         upstream.close()
+
+
+async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
+        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream], caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp's handshake check reads the first Sec-WebSocket-Protocol line
+    only and logs both lists when they do not overlap."""
+    from multidict import CIMultiDict
+
+    seen, upstream = api_server
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    secret = "base64url.bearer.authorization.k8s.io.c2VjcmV0LXRva2Vu"
+    headers = CIMultiDict(_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="))
+    headers.update(user.bearer)
+    headers.add("Sec-WebSocket-Protocol", "")
+    headers.add("Sec-WebSocket-Protocol", f"{secret}, v5.channel.k8s.io")
+    caplog.set_level(logging.DEBUG)
+    await gateway.get(path.replace("/configmaps", "/pods/p/exec") + "?command=sh&stdout=true", headers=headers)
+    assert seen and "c2VjcmV0LXRva2Vu" not in str(seen[-1])
+    assert "c2VjcmV0LXRva2Vu" not in caplog.text
 
 
 def _exec_handshake(key: str) -> dict[str, str]:
