@@ -15,7 +15,12 @@ the username and groups of the in-cluster gateway's ServiceAccount. So the
 ClusterRoleBinding and admission policies in deploy/kubernetes apply to it
 unchanged, and the suite proves exactly what a real installation grants. The
 scheduler and the kubelet have identities of their own (system:kube-scheduler,
-system:node:<name> under the Node authorizer), as in a real cluster.
+system:node:<name> under the Node authorizer), as in a real cluster, and so
+does each controller (`--use-service-account-credentials`, as kubeadm and
+managed clusters run them: system:serviceaccount:kube-system:<controller>).
+Were the controllers cluster administrators, the admission policies that let
+only administrators through (a suspended namespace) would let the garbage
+collector through too, and the suite would not see what a real cluster does.
 """
 
 from __future__ import annotations
@@ -359,7 +364,7 @@ class LocalCluster:
             str(self.bin_dir / "kube-controller-manager"),
             f"--kubeconfig={self.admin_kubeconfig}",
             f"--controllers={','.join(CONTROLLERS)}",
-            "--leader-elect=false", "--use-service-account-credentials=false",
+            "--leader-elect=false", "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki_dir / 'sa.key'}",
             f"--root-ca-file={pki_dir / 'ca.crt'}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
