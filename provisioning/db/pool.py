@@ -74,6 +74,11 @@ class Database:
         self.pool = pool
         self._on_checkout = on_checkout
         self._timeout = timeout
+        self.long_holds = asyncio.Semaphore(max(1, pool.get_max_size() // 2))
+        """Connections held through a long operation (a workspace's status
+        lock, which needs a second connection for what it commits meanwhile)
+        take at most half the pool: with all of it held, every holder would
+        wait for a second connection that never comes."""
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,

@@ -278,7 +278,9 @@ async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
     resume happened to be running.
     """
     key = int.from_bytes(workspace_id.bytes[:8], "big", signed=True)
-    async with db.transaction() as connection:
+    # The holder commits its steps on other connections as it goes (each
+    # must be seen at once): it holds one and needs another (Database.long_holds).
+    async with db.long_holds, db.transaction() as connection:
         if not await _advisory_xact_lock(connection, wait_seconds, key):
             raise Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
                            code="operation_in_progress")

@@ -46,3 +46,25 @@ async def test_a_trying_caller_is_told_and_a_waiting_one_is_let_in_after_the_hol
         await holder
     finally:
         await db.close()
+
+
+async def test_status_operations_on_every_connection_of_the_pool_do_not_starve_each_other(database_url: str) -> None:
+    """Each holder of a status lock commits its steps on a second connection
+    as it goes (provisioning.suspension). Were every connection of the pool a
+    holder's, none would get its second (each waits out the database
+    timeout: a mass suspension answered 503)."""
+    db = await Database.connect(database_url, max_size=2, timeout=5)
+    finished: list[uuid.UUID] = []
+
+    async def suspend_like(workspace_id: uuid.UUID) -> None:
+        async with repo.workspace_status_lock(db, workspace_id, wait_seconds=10):
+            await asyncio.sleep(0.05)  # all of them are holders now, or waiting to be
+            await db.fetchrow("SELECT 1")  # a step committed on its own
+            finished.append(workspace_id)
+
+    try:
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(suspend_like(uuid.uuid4()) for _ in range(6)))
+        assert len(finished) == 6
+    finally:
+        await db.close()

@@ -56,7 +56,7 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_PROXY_TOKEN_REFRESH_SECONDS": "3600"}, "less than GATEWAY_PROXY_TOKEN_TTL_SECONDS"),
     ({"GATEWAY_UPSTREAM_TIMEOUT_SECONDS": "-1"}, "more than 0"),
     ({"GATEWAY_SESSION_CACHE_SECONDS": "86401"}, "at most 86400"),
-    ({"GATEWAY_DATABASE_POOL_SIZE": "0"}, "at least 1"),
+    ({"GATEWAY_DATABASE_POOL_SIZE": "1"}, "at least 2: a suspension holds one connection"),
     ({"GATEWAY_UPSTREAM_IDLE_CONNECTIONS": "some"}, "whole number"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
