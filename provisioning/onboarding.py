@@ -8,13 +8,20 @@ or, if it already exists with this workspace's label, adopted. A crash or an
 unreachable API server leaves a `provisioning` row that no credential can be
 issued for; the next call finishes the work. Objects that exist under the same
 name without our label are never adopted.
+
+That work runs under the workspace's status lock (`onboarding_turn`), as
+suspend and resume do: a suspension of a workspace still `provisioning`
+deletes its RoleBindings and ServiceAccount, and an onboarding running
+beside it would make them again in the suspended namespace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, AsyncIterator, Mapping
 
 from provisioning import manifests
 from provisioning.db import repositories as repo
@@ -24,6 +31,20 @@ from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeAlreadyExists
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.tiers import Tier
+
+
+# How long an onboarding waits for a suspension, resume or other onboarding
+# of the same workspace under way (then 409).
+ONBOARDING_WAITS_SECONDS = 30.0
+
+
+@contextlib.asynccontextmanager
+async def onboarding_turn(db: Database, workspace_id: uuid.UUID) -> AsyncIterator[Workspace | None]:
+    """The workspace as it is now, read under its status lock, if it still
+    needs onboarding; None if it no longer does (finished, or suspended)."""
+    async with repo.workspace_status_lock(db, workspace_id, wait_seconds=ONBOARDING_WAITS_SECONDS):
+        current = await repo.get_workspace(db, workspace_id)
+        yield current if current is not None and current.status == "provisioning" else None
 
 
 @dataclass(frozen=True)
@@ -89,16 +110,19 @@ async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: st
     if workspace.status != "provisioning":
         return Onboarded(workspace, tier, provisioned_now=False)
 
-    workspace_id = str(workspace.id)
-    steps = manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role)
-    objects = await ensure_objects(kube, steps, workspace_id)
-    made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(steps[1:], objects[1:])}
-
-    done = await repo.finish_provisioning(db, workspace.id, made["ServiceAccount"], AuditEvent(
-        "InitWorkspace", user.id, workspace.id, ip_address,
-        {"namespace": namespace, "tier": tier.name, "objects": sorted(made)},
-    ))
-    if done is None:  # a concurrent call finished first
+    async with onboarding_turn(db, workspace.id) as pending:
+        if pending is None:  # finished by a concurrent call, or suspended, meanwhile
+            current = await repo.get_workspace(db, workspace.id)
+            return Onboarded(current or workspace, tier, provisioned_now=False)
+        workspace_id = str(workspace.id)
+        steps = manifests.onboarding_steps(namespace, workspace_id, tier, cluster_role)
+        objects = await ensure_objects(kube, steps, workspace_id)
+        made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(steps[1:], objects[1:])}
+        done = await repo.finish_provisioning(db, workspace.id, made["ServiceAccount"], AuditEvent(
+            "InitWorkspace", user.id, workspace.id, ip_address,
+            {"namespace": namespace, "tier": tier.name, "objects": sorted(made)},
+        ))
+    if done is None:  # its status changed by a path that takes no lock
         current = await repo.get_workspace(db, workspace.id)
         return Onboarded(current or workspace, tier, provisioned_now=False)
     return Onboarded(done, tier, provisioned_now=True)

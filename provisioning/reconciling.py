@@ -27,7 +27,7 @@ from provisioning.errors import Conflict
 from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeNotFound
 from provisioning.models import AuditEvent, Workspace
-from provisioning.onboarding import converge_object
+from provisioning.onboarding import converge_object, onboarding_turn
 from provisioning.tiers import Tier
 
 
@@ -58,20 +58,24 @@ async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace
     """A workspace whose onboarding was cut short (its owner was told 503
     and has not called again): each object made, or adopted if the cut
     attempt made it, and the workspace provisioned in one statement with
-    its audit row, as the owner's next call would have. What was done
-    (empty if that call came first)."""
+    its audit row, as the owner's next call would have, under the status
+    lock (onboarding.onboarding_turn). What was done (empty if that call
+    came first, or the workspace was suspended meanwhile)."""
     workspace_id = str(workspace.id)
     changes = []
     service_account_uid = ""
-    for step in manifests.onboarding_steps(workspace.namespace, workspace_id, tier, cluster_role):
-        made, done = await converge_object(kube, step, workspace_id)
-        if step.kind == "ServiceAccount":
-            service_account_uid = str((made.get("metadata") or {}).get("uid", ""))
-        if done is not None:
-            changes.append(f"{step.kind} {step.name} {done}")
-    changes.append("onboarding finished")
-    finished = await repo.finish_provisioning(db, workspace.id, service_account_uid, AuditEvent(
-        "ReconcileWorkspace", None, workspace.id, None, {"tier": tier.name, "changes": changes}))
+    async with onboarding_turn(db, workspace.id) as pending:
+        if pending is None:
+            return ()
+        for step in manifests.onboarding_steps(workspace.namespace, workspace_id, tier, cluster_role):
+            made, done = await converge_object(kube, step, workspace_id)
+            if step.kind == "ServiceAccount":
+                service_account_uid = str((made.get("metadata") or {}).get("uid", ""))
+            if done is not None:
+                changes.append(f"{step.kind} {step.name} {done}")
+        changes.append("onboarding finished")
+        finished = await repo.finish_provisioning(db, workspace.id, service_account_uid, AuditEvent(
+            "ReconcileWorkspace", None, workspace.id, None, {"tier": tier.name, "changes": changes}))
     return tuple(changes) if finished is not None else ()
 
 

@@ -336,3 +336,35 @@ async def test_a_suspension_during_a_resume_waits_for_it_and_wins(cluster: Local
     assert (await (await root.call("GET", path)).json())["status"] == "suspended"
     kubeconfig = await erin.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
     assert kubeconfig.status == 403
+
+
+async def test_an_onboarding_retried_during_a_suspension_makes_nothing_in_the_suspended_namespace(
+        cluster: LocalCluster, gateway: Any, database_url: str) -> None:
+    """A workspace whose onboarding was cut short (still `provisioning`) is
+    suspended while its owner calls init again. The suspension deletes the
+    RoleBindings and replaces the ServiceAccount; an onboarding running
+    beside it would make them again. It waits for the suspension's lock
+    instead, and then finds nothing left to onboard."""
+    from provisioning.db import repositories as repo
+    from provisioning.db.pool import Database
+
+    frank = await register_and_login(gateway)
+    namespace = manifests.namespace_for(frank.user_id)
+    db = await Database.connect(database_url)
+    try:
+        workspace, _ = await repo.claim_workspace(db, uuid.UUID(frank.user_id), namespace,
+                                                  manifests.TENANT_SERVICE_ACCOUNT, "basic")
+        async with repo.workspace_status_lock(db, workspace.id):  # a suspension under way ...
+            retried = asyncio.create_task(frank.call("POST", "/api/v1/workspaces/init", json={}))
+            await asyncio.sleep(2)
+            assert not retried.done()
+            assert cluster.kubectl_run("get", "namespace", namespace, check=False).returncode != 0
+            async with db.connection() as connection:  # ... which marks it first
+                await repo.set_workspace_state(connection, workspace.id, "suspended")
+        answer = await retried
+        assert answer.status == 200, await answer.text()
+        assert (await answer.json())["status"] == "suspended"
+    finally:
+        await db.close()
+    listed = cluster.kubectl_run("-n", namespace, "get", "rolebindings,serviceaccounts", "-o", "name", check=False)
+    assert "tenant-admin" not in listed.stdout and manifests.TENANT_SERVICE_ACCOUNT not in listed.stdout
