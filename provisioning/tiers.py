@@ -48,7 +48,8 @@ from typing import Any, Mapping
 
 import yaml
 
-_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[mkMGTPE]i?|Ki|u|n)?$")
+# Kubernetes' own suffixes exactly: binary Ki..Ei, decimal n u m k M..E, or an exponent.
+_QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
 _EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -146,6 +147,11 @@ DEFAULT_TIERS: Mapping[str, Tier] = {
 }
 
 
+def _is_count(key: str) -> bool:
+    """Object counts, node ports and load balancers: the API server takes only whole numbers."""
+    return key in _OBJECT_COUNTS or key.startswith(("count/", "services."))
+
+
 def _quantities(where: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or not value:
         raise ValueError(f"{where} must be a non-empty mapping of resource to quantity")
@@ -154,15 +160,29 @@ def _quantities(where: str, value: Any) -> dict[str, str]:
         text = str(quantity)
         if not _QUANTITY.match(text):
             raise ValueError(f"{where}.{key}: {text!r} is not a Kubernetes quantity")
+        if _is_count(str(key)) and quantity_value(text) != quantity_value(text).to_integral_value():
+            raise ValueError(f"{where}.{key}: {text!r} is not a whole number")
         out[str(key)] = text
     return out
+
+
+def _requests_within_limits(name: str, limits: Mapping[str, str], requests: Mapping[str, str]) -> None:
+    """A LimitRange whose default request exceeds its default limit is
+    refused by the API server: at every onboarding, not at start-up."""
+    for resource in limits.keys() & requests.keys():
+        if quantity_value(requests[resource]) > quantity_value(limits[resource]):
+            raise ValueError(f"tier {name}: defaultRequests.{resource} ({requests[resource]}) exceeds "
+                             f"defaultLimits.{resource} ({limits[resource]})")
 
 
 def parse_tiers(text: str) -> dict[str, Tier]:
     """Parse a tiers file. Each entry is either the `hard` map itself, or a
     mapping with `hard` and optional `defaultLimits` / `defaultRequests`;
     every `hard` is completed with SHARED_BOUNDS."""
-    loaded = yaml.safe_load(text)
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"not YAML: {error}") from None
     if not isinstance(loaded, dict) or not loaded:
         raise ValueError("must be a non-empty mapping of tier name to quota")
     tiers: dict[str, Tier] = {}
@@ -174,12 +194,10 @@ def parse_tiers(text: str) -> dict[str, Tier]:
             unknown = set(body) - {"hard", "defaultLimits", "defaultRequests"}
             if unknown:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
-            tiers[name] = Tier(
-                name,
-                with_shared_bounds(_quantities(f"{name}.hard", body["hard"])),
-                _quantities(f"{name}.defaultLimits", body.get("defaultLimits", _DEFAULT_LIMITS)),
-                _quantities(f"{name}.defaultRequests", body.get("defaultRequests", _DEFAULT_REQUESTS)),
-            )
+            limits = _quantities(f"{name}.defaultLimits", body.get("defaultLimits", _DEFAULT_LIMITS))
+            requests = _quantities(f"{name}.defaultRequests", body.get("defaultRequests", _DEFAULT_REQUESTS))
+            _requests_within_limits(name, limits, requests)
+            tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests)
         else:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))
     return tiers

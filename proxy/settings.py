@@ -172,7 +172,10 @@ class Settings:
 def _config_mapping(config_text: str | None) -> dict[str, Any]:
     if not config_text:
         return {}
-    loaded: Any = yaml.safe_load(config_text) or {}
+    try:
+        loaded: Any = yaml.safe_load(config_text) or {}
+    except yaml.YAMLError as error:
+        raise SettingsError(f"GATEWAY_CONFIG is not YAML: {error}") from None
     if not isinstance(loaded, dict):
         raise SettingsError("GATEWAY_CONFIG must be a YAML mapping of GATEWAY_* keys")
     return loaded
@@ -209,13 +212,22 @@ def _path(name: str, text: str) -> Path:
     return Path(text).expanduser()
 
 
+def _printable_ascii(name: str, text: str) -> None:
+    """URLs end up in kubeconfigs, which take printable ASCII only
+    (provisioning.kubeconfig): an IDN host must be given in its xn-- form."""
+    if not text.isascii() or not text.isprintable():
+        raise SettingsError(f"{name} must be printable ASCII (an international host in its xn-- form)")
+
+
 def _https_url(name: str, text: str) -> str:
+    _printable_ascii(name, text)
     if urlsplit(text).scheme != "https":
         raise SettingsError(f"{name} must be an https:// URL")
     return text.rstrip("/")
 
 
 def _origin(name: str, text: str) -> str:
+    _printable_ascii(name, text)
     url = text.rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:

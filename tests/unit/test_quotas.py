@@ -85,3 +85,23 @@ def test_only_the_quota_step_converges_and_it_is_the_tiers() -> None:
     assert steps["ResourceQuota"].body["spec"]["hard"] == dict(tier.hard)
     assert steps["ResourceQuota"].converge is not None and steps["LimitRange"].converge is None
     assert steps["ResourceQuota"].converge(quota(dict(tier.hard))) is None
+
+
+@pytest.mark.parametrize("text, words", [
+    ("t: {limits.memory: 512mi}", "not a Kubernetes quantity"),  # k8s knows Mi and m, not mi
+    ("t: {requests.cpu: 1ki}", "not a Kubernetes quantity"),
+    ("t: {pods: '0.5'}", "not a whole number"),
+    ("t: {count/jobs.batch: 1500m}", "not a whole number"),
+    ("t: {hard: {requests.cpu: '1'}, defaultLimits: {cpu: 50m, memory: 64Mi}}", "exceeds defaultLimits.cpu"),
+    ("t: {hard: {requests.cpu: '1'}, defaultLimits: {cpu: '1', memory: 1Gi}, defaultRequests: {memory: 2Gi}}",
+     "defaultRequests.memory (2Gi) exceeds"),
+    ("t: [unclosed", "not YAML"),
+])
+def test_a_tier_the_api_server_would_refuse_at_every_onboarding_is_refused_at_start_up(text: str, words: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_tiers(text)
+    assert words in str(refused.value)
+
+
+def test_whole_counts_in_any_spelling_are_taken() -> None:
+    assert parse_tiers("t: {pods: 1k, services.nodeports: '0', count/jobs.batch: 2e1}")["t"].hard["pods"] == "1k"

@@ -58,6 +58,9 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_SESSION_CACHE_SECONDS": "86401"}, "at most 86400"),
     ({"GATEWAY_DATABASE_POOL_SIZE": "1"}, "at least 2: a suspension holds one connection"),
     ({"GATEWAY_UPSTREAM_IDLE_CONNECTIONS": "some"}, "whole number"),
+    # Kubeconfigs take printable ASCII only: every download would be a 500.
+    ({"GATEWAY_PUBLIC_SERVER": "https://k\u00e4se.example"}, "printable ASCII"),
+    ({"GATEWAY_PUBLIC_URL": "https://gw.example\n"}, "printable ASCII"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
     with pytest.raises(SettingsError) as refused:
@@ -72,6 +75,9 @@ def test_yaml_config_and_environment_precedence() -> None:
     assert settings.cors_origins == ("https://a.example", "https://b.example")
     with pytest.raises(SettingsError):
         load_settings({}, "GATEWAY_NOPE: 1\n")
+    with pytest.raises(SettingsError) as not_yaml:  # a clear line, not a YAML traceback
+        load_settings({}, "GATEWAY_LISTEN: [unclosed\n")
+    assert "GATEWAY_CONFIG is not YAML" in str(not_yaml.value)
 
 
 def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
