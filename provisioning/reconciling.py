@@ -11,7 +11,11 @@ short (`provisioning`: its owner was told 503) is finished, as its owner's
 next init call would: nothing stays half-made because its owner went away.
 
 Idempotent: a second run finds nothing to change and reports nothing. Each
-change is recorded in the audit log (`ReconcileWorkspace`, no acting user).
+change is recorded in the audit log (`ReconcileWorkspace`, no acting user),
+also when a later step of the same workspace fails. A workspace that cannot
+be converged (its tier gone, its namespace gone, a name taken, a refusal by
+the API server) is reported as left alone and the run goes on; an API
+server or database that stops answering ends the run there, reported.
 Suspended namespaces are included: the gateway may still act there.
 """
 
@@ -23,9 +27,9 @@ from typing import Mapping
 from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import Conflict
+from provisioning.errors import Conflict, ServiceUnavailable
 from provisioning.kube.client import KubeClient
-from provisioning.kube.errors import KubeNotFound
+from provisioning.kube.errors import KubeAPIError, KubeNotFound
 from provisioning.models import AuditEvent, Workspace
 from provisioning.onboarding import converge_object, onboarding_turn
 from provisioning.tiers import Tier
@@ -37,20 +41,23 @@ class Reconciled:
 
     workspace: Workspace
     changes: tuple[str, ...]
+    converged: bool = True
+    """False when it was left alone, or the run stopped at it: an operator's turn."""
+    stopped: bool = False
+    """The API server or the database stopped answering here; later workspaces were not tried."""
 
     def line(self) -> str:
         return f"{self.workspace.id} {self.workspace.namespace}: " + "; ".join(self.changes)
 
 
-async def reconcile_workspace(kube: KubeClient, workspace: Workspace, tier: Tier) -> tuple[str, ...]:
-    """Converge one workspace's bounds; what changed (empty: nothing)."""
+async def reconcile_workspace(kube: KubeClient, workspace: Workspace, tier: Tier, changes: list[str]) -> None:
+    """Converge one workspace's bounds, adding what changed to `changes` as
+    it goes (so a step that fails leaves the earlier ones on record)."""
     workspace_id = str(workspace.id)
-    changes = []
     for step in manifests.bounds_steps(workspace.namespace, workspace_id, tier):
         _object, done = await converge_object(kube, step, workspace_id)
         if done is not None:
             changes.append(f"{step.kind} {step.name} {done}")
-    return tuple(changes)
 
 
 async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier,
@@ -89,23 +96,30 @@ async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *
     for workspace in await repo.all_workspaces(db):
         tier = tiers.get(workspace.tier)
         if tier is None:
-            reconciled.append(Reconciled(workspace, (f"left alone: tier {workspace.tier!r} is not configured",)))
+            reconciled.append(Reconciled(workspace, (f"left alone: tier {workspace.tier!r} is not configured",),
+                                         converged=False))
             continue
+        changes: list[str] = []
+        outcome = stopped = None
         try:
             if workspace.status == "provisioning":  # audited as it is finished, in one statement
                 finished = await finish_onboarding(db, kube, workspace, tier, cluster_role)
                 if finished:
                     reconciled.append(Reconciled(workspace, finished))
                 continue
-            changes = await reconcile_workspace(kube, workspace, tier)
+            await reconcile_workspace(kube, workspace, tier, changes)
         except KubeNotFound:
-            reconciled.append(Reconciled(workspace, ("left alone: its namespace does not exist",)))
-            continue
-        except Conflict as taken:
-            reconciled.append(Reconciled(workspace, (f"left alone: {taken.message}",)))
-            continue
-        if changes:
+            outcome = "left alone: its namespace does not exist"
+        except (Conflict, KubeAPIError) as refused:  # a name taken, or the API server's refusal of this one
+            outcome = f"left alone: {refused.message}"
+        except ServiceUnavailable as gone:
+            outcome = stopped = f"stopped here: {gone.message}"
+        if changes:  # what was done, also when a later step failed
             await repo.record_audit(db, AuditEvent("ReconcileWorkspace", None, workspace.id, None,
-                                                   {"tier": tier.name, "changes": list(changes)}))
-            reconciled.append(Reconciled(workspace, changes))
+                                                   {"tier": tier.name, "changes": changes}))
+        if changes or outcome:
+            reconciled.append(Reconciled(workspace, (*changes, *([outcome] if outcome else [])),
+                                         converged=outcome is None, stopped=stopped is not None))
+        if stopped:
+            break
     return reconciled

@@ -109,8 +109,11 @@ async def _reconcile(settings: Settings) -> list[Reconciled]:
 
 def cmd_reconcile(settings: Settings) -> int:
     """Existing workspaces to their tiers, and cut-short onboardings
-    finished: one line per workspace changed (nothing printed when all are
-    up to date); 2 if the cluster or the database cannot be reached."""
+    finished: one line per workspace changed or left alone (nothing printed
+    when all are up to date). Exit 0 when every workspace converged; 1 when
+    some were left alone (an operator's turn: a tier gone, a name taken); 2
+    if the cluster or the database could not be reached, at the start or
+    part-way."""
     try:
         reconciled = asyncio.run(_reconcile(settings))
     except GatewayError as error:
@@ -118,7 +121,9 @@ def cmd_reconcile(settings: Settings) -> int:
         return 2
     for workspace in reconciled:
         print(workspace.line())
-    return 0
+    if any(workspace.stopped for workspace in reconciled):
+        return 2
+    return 0 if all(workspace.converged for workspace in reconciled) else 1
 
 
 def cmd_migrate(settings: Settings) -> int:

@@ -216,6 +216,26 @@ async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
 
 
 
+async def test_reconcile_goes_on_past_a_workspace_it_must_leave_alone_and_says_so_in_its_exit(
+        cluster: LocalCluster, gateway: Any, gateway_env: dict[str, str], tmp_path: Path) -> None:
+    """A workspace whose quota's name another object took is an operator's
+    turn: reported, exit 1, and the workspaces after it still converge."""
+    taken, old = await onboard(gateway, tmp_path), await onboard(gateway, tmp_path)
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    admin.delete_namespaced_resource_quota(manifests.QUOTA_NAME, taken.namespace)
+    admin.create_namespaced_resource_quota(taken.namespace, {"metadata": {"name": manifests.QUOTA_NAME},
+                                                             "spec": {"hard": {"pods": "1"}}})
+    made_long_ago(admin, old)
+
+    result = run(gateway_env, "reconcile")
+    assert result.returncode == 1, result.stdout + result.stderr
+    first, second = result.stdout.splitlines()
+    assert first.startswith(f"{taken.workspace_id} {taken.namespace}: left alone: a ResourceQuota named "), first
+    assert second.startswith(f"{old.workspace_id} {old.namespace}: ResourceQuota {manifests.QUOTA_NAME} "), second
+    assert admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, old.namespace).spec.hard == \
+        dict(DEFAULT_TIERS["basic"].hard)
+
+
 async def test_reconcile_finishes_an_onboarding_cut_short(
         cluster: LocalCluster, gateway: Any, gateway_env: dict[str, str], tmp_path: Path) -> None:
     """Onboarding claimed the row and made the namespace, and then its
