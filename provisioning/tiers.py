@@ -169,7 +169,7 @@ def _quantities(where: str, value: Any) -> dict[str, str]:
 def _requests_within_limits(name: str, limits: Mapping[str, str], requests: Mapping[str, str]) -> None:
     """A LimitRange whose default request exceeds its default limit is
     refused by the API server: at every onboarding, not at start-up."""
-    for resource in limits.keys() & requests.keys():
+    for resource in sorted(limits.keys() & requests.keys()):
         if quantity_value(requests[resource]) > quantity_value(limits[resource]):
             raise ValueError(f"tier {name}: defaultRequests.{resource} ({requests[resource]}) exceeds "
                              f"defaultLimits.{resource} ({limits[resource]})")
