@@ -208,6 +208,23 @@ def _database_url(name: str, text: str) -> Secret:
     return Secret(text)
 
 
+def _file(name: str, text: str) -> Path:
+    """A file read only when it is needed (here: each kubeconfig): missing
+    would be a 500 on every download, so it must be there at start-up."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise SettingsError(f"{name}: {path} is not a file")
+    return path
+
+
+def _object_name(name: str, text: str) -> str:
+    """A Kubernetes object name as the API server takes it in a path (RBAC
+    names may hold ':'): a bad one would fail every onboarding instead."""
+    if not text or text in (".", "..") or "/" in text or "%" in text or not text.isascii() or not text.isprintable():
+        raise SettingsError(f"{name} must be the name of a Kubernetes object")
+    return text
+
+
 def _path(name: str, text: str) -> Path:
     return Path(text).expanduser()
 
@@ -331,11 +348,11 @@ VARIABLES: tuple[Variable, ...] = (
     _one("GATEWAY_DATA_DIR", "data_dir", _path, "dev mode's state"),
     _one("GATEWAY_KUBECONFIG", "kubeconfig", _path, "the gateway's own restricted credential"),
     _one("GATEWAY_PUBLIC_SERVER", "public_server", _https_url, "the API server URL written into kubeconfigs"),
-    _one("GATEWAY_PUBLIC_CA_FILE", "public_ca_file", _path, "the CA written into kubeconfigs"),
+    _one("GATEWAY_PUBLIC_CA_FILE", "public_ca_file", _file, "the CA written into kubeconfigs"),
     _one("GATEWAY_SESSION_SECRET", "session_secret", _secret, "signs session tokens"),
     _one("GATEWAY_CORS_ORIGINS", "cors_origins", _origins, "exact origins allowed with credentials"),
     _files("GATEWAY_TIERS_FILE", "tier name -> quota and limit defaults"),
-    _one("GATEWAY_TENANT_CLUSTERROLE", "tenant_clusterrole", lambda _name, text: text,
+    _one("GATEWAY_TENANT_CLUSTERROLE", "tenant_clusterrole", _object_name,
          "the ClusterRole bound in each tenant namespace"),
     _one("GATEWAY_TRUSTED_PROXIES", "trusted_proxies", _addresses, "peers whose X-Forwarded-* are believed"),
     _one("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds",

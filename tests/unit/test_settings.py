@@ -61,6 +61,8 @@ def test_settings_defaults_follow_the_contract() -> None:
     # Kubeconfigs take printable ASCII only: every download would be a 500.
     ({"GATEWAY_PUBLIC_SERVER": "https://k\u00e4se.example"}, "printable ASCII"),
     ({"GATEWAY_PUBLIC_URL": "https://gw.example\n"}, "printable ASCII"),
+    ({"GATEWAY_PUBLIC_CA_FILE": "/nonexistent/ca.crt"}, "is not a file"),
+    ({"GATEWAY_TENANT_CLUSTERROLE": "a/b"}, "name of a Kubernetes object"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
     with pytest.raises(SettingsError) as refused:
