@@ -20,7 +20,7 @@ import logging
 import ssl
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import pytest
 from aiohttp import web
@@ -59,8 +59,32 @@ class FakeTokenIssuer:
         return {"status": {"token": self.issued[-1], "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}
 
 
+FakeAPIServer = Callable[..., Awaitable[tuple[Any, Upstream]]]
+
+
 @pytest.fixture
-async def api_server(aiohttp_server: Any) -> AsyncIterator[tuple[list[dict[str, str]], Upstream]]:
+async def fake_api_server(aiohttp_server: Any) -> AsyncIterator[FakeAPIServer]:
+    """Starts a FAKE API server that answers every path with the handler it
+    is given (server options such as `ssl` passed on), and the pass-through
+    upstream to it; the upstreams are closed at the end."""
+    upstreams: list[Upstream] = []
+
+    async def start(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+                    **server_options: Any) -> tuple[Any, Upstream]:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", handler)
+        server = await aiohttp_server(app, **server_options)
+        scheme = "https" if "ssl" in server_options else "http"
+        upstreams.append(Upstream(f"{scheme}://127.0.0.1:{server.port}", None))
+        return server, upstreams[-1]
+
+    yield start
+    for upstream in upstreams:
+        upstream.close()
+
+
+@pytest.fixture
+async def api_server(fake_api_server: FakeAPIServer) -> tuple[list[dict[str, str]], Upstream]:
     """A FAKE API server that answers every request with an empty list and
     keeps the headers it was sent."""
     seen: list[dict[str, str]] = []
@@ -69,12 +93,8 @@ async def api_server(aiohttp_server: Any) -> AsyncIterator[tuple[list[dict[str, 
         seen.append(dict(request.headers))
         return web.json_response({"kind": "ConfigMapList", "items": []})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    server = await aiohttp_server(app)
-    upstream = Upstream(str(server.make_url("")), None)
-    yield seen, upstream
-    upstream.close()
+    _server, upstream = await fake_api_server(answer)
+    return seen, upstream
 
 
 async def provisioned_workspace(gateway: Any) -> tuple[Any, str]:
@@ -121,7 +141,7 @@ async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_cl
 
 
 async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_timeout_setting(
-        make_gateway: Any, aiohttp_server: Any) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """A FAKE API server that takes requests and never answers (a hung
     server, which a real one cannot be made into on cue). The gateway's own
     upstream, built from its settings, gives up after
@@ -130,9 +150,7 @@ async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_time
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", hang)
-    server = await aiohttp_server(app)
+    server, _upstream = await fake_api_server(hang)
     gateway = await make_gateway(kube=FakeTokenIssuer(str(server.make_url("")).rstrip("/")),
                                  GATEWAY_UPSTREAM_TIMEOUT_SECONDS="0.5")
     user, path = await provisioned_workspace(gateway)
@@ -141,7 +159,7 @@ async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_time
 
 
 async def test_a_write_whose_client_left_before_the_answer_is_still_audited(
-        make_gateway: Any, aiohttp_server: Any) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """The write reached the (FAKE, hung) API server, which may well carry
     it out; the client hangs up before any answer. The audit row is written
     all the same, with no status (0)."""
@@ -153,9 +171,7 @@ async def test_a_write_whose_client_left_before_the_answer_is_still_audited(
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", take_and_hang)
-    server = await aiohttp_server(app)
+    server, _upstream = await fake_api_server(take_and_hang)
     gateway = await make_gateway(kube=FakeTokenIssuer(str(server.make_url("")).rstrip("/")))
     user, path = await provisioned_workspace(gateway)
     write = asyncio.create_task(gateway.post(path, json={"metadata": {"name": "x"}}, headers=user.bearer))
@@ -172,7 +188,7 @@ async def test_a_write_whose_client_left_before_the_answer_is_still_audited(
 
 
 async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
-        make_gateway: Any, aiohttp_server: Any, gateway_tls: tuple[ssl.SSLContext, Path]) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer, gateway_tls: tuple[ssl.SSLContext, Path]) -> None:
     """The API server shows a certificate the cluster's CA did not sign (a
     rotation the gateway was not told of, or someone in between): the
     gateway fails closed with a 503, never a 400 that blames the client, and
@@ -184,20 +200,14 @@ async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
         seen.append(request.path)
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", record)
-    server = await aiohttp_server(app, ssl=gateway_tls[0])
-    upstream = Upstream(f"https://127.0.0.1:{server.port}", None)  # the system's CAs, not the one that signed it
-    try:
-        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-        user, path = await provisioned_workspace(gateway)
-        assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
-        assert seen == []
-    finally:
-        upstream.close()
+    _server, upstream = await fake_api_server(record, ssl=gateway_tls[0])  # the upstream trusts the system's CAs
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
+    assert seen == []
 
 
-async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, aiohttp_server: Any) -> None:
+async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     # Inflated and relayed under the compressed Content-Length, the rest of
     # the body would be read upstream as a request of the tenant's making
     # (tests/attacks/test_request_smuggling.py plays the attack against the
@@ -208,24 +218,18 @@ async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, aioh
         received.append((request.headers.get("Content-Encoding"), request.content_length, await request.read()))
         return web.json_response({"kind": "ConfigMap"}, status=201)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", keep)
-    server = await aiohttp_server(app, auto_decompress=False)  # a FAKE API server that keeps bytes as they came
-    upstream = Upstream(str(server.make_url("")), None)
-    try:
-        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-        user, path = await provisioned_workspace(gateway)
-        body = gzip.compress(b'{"metadata":{"name":"a"}}' + b" " * 10_000 + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-        answer = await gateway.post(path, data=body, headers={**user.bearer, "Content-Type": "application/json",
-                                                              "Content-Encoding": "gzip"})
-        assert answer.status == 201, await answer.text()
-        assert received == [("gzip", len(body), body)]
-    finally:
-        upstream.close()
+    _server, upstream = await fake_api_server(keep, auto_decompress=False)  # it keeps bytes as they came
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    body = gzip.compress(b'{"metadata":{"name":"a"}}' + b" " * 10_000 + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = await gateway.post(path, data=body, headers={**user.bearer, "Content-Type": "application/json",
+                                                          "Content-Encoding": "gzip"})
+    assert answer.status == 201, await answer.text()
+    assert received == [("gzip", len(body), body)]
 
 
 async def test_a_token_the_api_server_refuses_is_not_used_again_for_the_namespace_list(
-        make_gateway: Any, aiohttp_server: Any) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     # `GET /api/v1/namespaces` is answered by the gateway from a read of the
     # tenant's own namespace: a 401 there must drop the cached token too.
     tokens: list[str] = []
@@ -236,20 +240,14 @@ async def test_a_token_the_api_server_refuses_is_not_used_again_for_the_namespac
             return web.json_response({"kind": "Status", "code": 401}, status=401)
         return web.json_response({"kind": "Namespace", "metadata": {"name": request.path.rsplit("/", 1)[-1]}})
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", refuse_the_first)
-    server = await aiohttp_server(app)
-    upstream = Upstream(str(server.make_url("")), None)
-    try:
-        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-        user, path = await provisioned_workspace(gateway)
-        namespaces = path.split("/api/v1/")[0] + "/api/v1/namespaces"
-        assert (await gateway.get(namespaces, headers=user.bearer)).status == 401
-        answer = await gateway.get(namespaces, headers=user.bearer)
-        assert answer.status == 200, await answer.text()
-        assert tokens == ["Bearer token-1", "Bearer token-2"]
-    finally:
-        upstream.close()
+    _server, upstream = await fake_api_server(refuse_the_first)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    namespaces = path.split("/api/v1/")[0] + "/api/v1/namespaces"
+    assert (await gateway.get(namespaces, headers=user.bearer)).status == 401
+    answer = await gateway.get(namespaces, headers=user.bearer)
+    assert answer.status == 200, await answer.text()
+    assert tokens == ["Bearer token-1", "Bearer token-2"]
 
 
 async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(

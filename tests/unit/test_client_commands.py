@@ -97,17 +97,22 @@ def login(server: CannedServer) -> list[str]:
     return ["login", "--gateway", server.url, "--no-browser", "--poll-interval", "0.01"]
 
 
+def login_failure(capsys: pytest.CaptureFixture[str], *answers: bytes) -> str:
+    """`login` against a gateway that sends `answers`, one per request: its one line."""
+    server = CannedServer(list(answers))
+    try:
+        return one_line_failure(capsys, login(server))
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("fields", [
     {"interval": "soon"}, {"interval": None}, {"interval": [5]}, {"interval": True},
     {"expires_in": "ten minutes"}, {"expires_in": {"s": 600}},
 ])
 def test_a_device_answer_whose_numbers_are_not_numbers_is_one_line(
         capsys: pytest.CaptureFixture[str], fields: dict[str, object]) -> None:
-    server = CannedServer([device_start(**fields)])
-    try:
-        line = one_line_failure(capsys, login(server))
-    finally:
-        server.close()
+    line = login_failure(capsys, device_start(**fields))
     assert "no valid" in line
 
 
@@ -124,30 +129,18 @@ def test_infinite_numbers_are_refused_too() -> None:
 
 def test_an_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     """The gateway promised 100 bytes and closed after 5: http.client's IncompleteRead."""
-    server = CannedServer([answer(b'{"dev', content_length=100)])
-    try:
-        line = one_line_failure(capsys, login(server))
-    finally:
-        server.close()
+    line = login_failure(capsys, answer(b'{"dev', content_length=100))
     assert "broken answer (IncompleteRead)" in line
 
 
 def test_an_error_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    server = CannedServer([answer(b'{"err', status="503 Service Unavailable", content_length=100)])
-    try:
-        line = one_line_failure(capsys, login(server))
-    finally:
-        server.close()
+    line = login_failure(capsys, answer(b'{"err', status="503 Service Unavailable", content_length=100))
     assert "broken answer" in line
 
 
 def test_json_nested_past_the_parsers_stack_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     deep = b"[" * 200_000 + b"]" * 200_000
-    server = CannedServer([answer(deep)])
-    try:
-        line = one_line_failure(capsys, login(server))
-    finally:
-        server.close()
+    line = login_failure(capsys, answer(deep))
     assert "device sign-in could not start" in line
 
 
@@ -164,9 +157,5 @@ def test_a_token_answer_nested_past_the_parsers_stack_is_one_line(capsys: pytest
 
 
 def test_a_poll_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    server = CannedServer([device_start(interval=1), answer(b'{"tok', content_length=50)])
-    try:
-        line = one_line_failure(capsys, login(server))
-    finally:
-        server.close()
+    line = login_failure(capsys, device_start(interval=1), answer(b'{"tok', content_length=50))
     assert "broken answer" in line
