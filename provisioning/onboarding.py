@@ -81,10 +81,22 @@ async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: st
 async def ensure_objects(kube: KubeClient, steps: list[manifests.Step], workspace_id: str) -> list[dict[str, Any]]:
     """The namespace (the first step) must exist first; the others only need
     it, so they go together. Nothing can use them before the row says
-    provisioned, so their momentary order does not matter."""
+    provisioned, so their momentary order does not matter.
+
+    When one fails, the others are still awaited before the failure is
+    raised: a create already sent can still land, and it must land while
+    the caller holds the workspace's status lock, not after a suspension
+    that was waiting for the lock has listed what to delete."""
     first, *rest = steps
-    return [await ensure_object(kube, first, workspace_id),
-            *await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest))]
+    namespace = await ensure_object(kube, first, workspace_id)
+    results = await asyncio.gather(*(ensure_object(kube, step, workspace_id) for step in rest),
+                                   return_exceptions=True)
+    made: list[dict[str, Any]] = [namespace]
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        made.append(result)
+    return made
 
 
 async def onboarded_already(db: Database, user: User, requested_tier: str, *,
