@@ -16,7 +16,7 @@ import uuid
 from provisioning import access
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import ClusterUnavailable, Forbidden, NotFound, UpstreamError
+from provisioning.errors import Forbidden, NotFound
 from provisioning.kube.client import KubeClient
 from provisioning.kube.tokens import request_token
 from provisioning.kubeconfig import render_kubeconfig
@@ -40,10 +40,7 @@ async def issue_token(db: Database, kube: KubeClient, user: User, workspace_id: 
     path for a downloaded kubeconfig and for a token fetched by the kubectl
     exec plugin (`via` tells them apart in the row)."""
     workspace = await usable_workspace(db, user, workspace_id)
-    try:
-        issued = await request_token(kube, workspace.namespace, workspace.service_account, ttl_seconds)
-    except UpstreamError as error:  # e.g. the ServiceAccount is being replaced: the contract's 503
-        raise ClusterUnavailable("the API server did not issue a token; retry later") from error
+    issued = await request_token(kube, workspace.namespace, workspace.service_account, ttl_seconds)
     recorded = await repo.record_issuance(db, workspace, AuditEvent(
         "IssueKubeconfig", user.id, workspace.id, ip_address,
         {

@@ -6,7 +6,7 @@ import base64
 import datetime
 import json
 
-from provisioning.errors import UpstreamError
+from provisioning.errors import ClusterUnavailable, UpstreamError
 from provisioning.kube.client import KubeClient
 from provisioning.manifests import token_request
 from provisioning.models import IssuedToken
@@ -27,14 +27,23 @@ def credential_id(token: str) -> str | None:
 async def request_token(kube: KubeClient, namespace: str, service_account: str, ttl_seconds: int,
                         audiences: list[str] | None = None) -> IssuedToken:
     """Mint a token; the expiry is the one the API server granted, which may be
-    shorter than asked (it shortens rather than refuses above its maximum)."""
-    answer = await kube.create(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-        token_request(ttl_seconds, audiences),
-    )
-    status = answer.get("status") or {}
-    token, expiry = status.get("token"), status.get("expirationTimestamp")
-    if not token or not expiry:
-        raise UpstreamError("the API server returned a TokenRequest without a token")
+    shorter than asked (it shortens rather than refuses above its maximum).
+
+    A token the API server would not mint (its ServiceAccount being
+    replaced, a refusal, an answer without a token) is the contract's 503
+    for every caller, a kubeconfig download as much as a proxied request:
+    nothing the client can fix, and the API server's words (which name the
+    gateway's own account) are not the client's to read."""
+    try:
+        answer = await kube.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+            token_request(ttl_seconds, audiences),
+        )
+        status = answer.get("status") or {}
+        token, expiry = status.get("token"), status.get("expirationTimestamp")
+        if not token or not expiry:
+            raise UpstreamError("the API server returned a TokenRequest without a token")
+    except UpstreamError as error:
+        raise ClusterUnavailable("the API server did not issue a token; retry later") from error
     expires_at = datetime.datetime.fromisoformat(str(expiry).replace("Z", "+00:00"))
     return IssuedToken(token=token, expires_at=expires_at, credential_id=credential_id(token))

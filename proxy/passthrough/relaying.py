@@ -17,6 +17,7 @@ from typing import Any, Awaitable
 
 from aiohttp import web
 
+from provisioning.errors import UpstreamError
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.framing import EventBoundary
 from proxy.passthrough.http1 import Answer, UpstreamProtocolError
@@ -187,4 +188,10 @@ async def relay_namespace_list(request: web.Request, ticket: Ticket, relay: Rela
         upstream.close()
     if upstream.status != 200:
         return web.Response(status=upstream.status, body=body, headers=downstream_response_headers(upstream.headers))
-    return web.json_response(own_namespace_list(json.loads(body)))
+    try:
+        namespace_object = json.loads(body)
+    except ValueError:
+        namespace_object = None
+    if not isinstance(namespace_object, dict):
+        raise UpstreamError()  # a 200 that is no object: nothing to build the list from
+    return web.json_response(own_namespace_list(namespace_object))

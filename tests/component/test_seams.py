@@ -27,6 +27,7 @@ from aiohttp import web
 
 from provisioning.db import repositories as repo
 from provisioning.kube.client import ClusterEndpoint
+from provisioning.kube.errors import from_status
 from provisioning.models import AuditEvent
 from proxy import keys
 from proxy.passthrough.upstream import Upstream
@@ -228,6 +229,28 @@ async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, fake
     assert received == [("gzip", len(body), body)]
 
 
+class RefusingTokenIssuer(FakeTokenIssuer):
+    """A FAKE gateway client whose TokenRequests the API server refuses,
+    in the words a real one uses (which name the gateway's own account)."""
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise from_status(403, json.dumps({"kind": "Status", "reason": "Forbidden", "message": (
+            'serviceaccounts "sa-tenant-admin" is forbidden: User '
+            '"system:serviceaccount:tenant-gateway-system:tenant-gateway" cannot create resource')}))
+
+
+async def test_a_tenant_token_the_api_server_will_not_mint_is_a_503_without_its_words(
+        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+    # The same answer a kubeconfig download gives (provisioning.credentials):
+    # nothing the tenant can fix, and not the API server's text.
+    _seen, upstream = api_server
+    gateway = await make_gateway(kube=RefusingTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    answer = await gateway.get(path, headers=user.bearer)
+    assert await k8s_error(answer) == (503, "cluster_unavailable")
+    assert "tenant-gateway" not in json.dumps(await answer.json())
+
+
 async def test_a_token_the_api_server_refuses_is_not_used_again_for_the_namespace_list(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     # `GET /api/v1/namespaces` is answered by the gateway from a read of the
@@ -248,6 +271,22 @@ async def test_a_token_the_api_server_refuses_is_not_used_again_for_the_namespac
     answer = await gateway.get(namespaces, headers=user.bearer)
     assert answer.status == 200, await answer.text()
     assert tokens == ["Bearer token-1", "Bearer token-2"]
+
+
+async def test_a_namespace_read_answered_with_no_object_is_a_502_not_a_500(
+        make_gateway: Any, fake_api_server: FakeAPIServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A FAKE API server (or a broken proxy before it) answering 200 with a
+    body that is no JSON object, which a real one cannot be made to do."""
+    async def garbled(request: web.Request) -> web.Response:
+        return web.Response(text="<html>maintenance</html>", content_type="application/json")
+
+    _server, upstream = await fake_api_server(garbled)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    namespaces = path.split("/api/v1/")[0] + "/api/v1/namespaces"
+    with caplog.at_level(logging.ERROR):
+        assert await k8s_error(await gateway.get(namespaces, headers=user.bearer)) == (502, "upstream_error")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
