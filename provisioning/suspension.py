@@ -29,7 +29,9 @@ its quota is brought to what its tier says now),
 recreates the RoleBinding and only then lifts the label and marks the
 workspace provisioned. The API server caches successful token checks for
 about 10 s and RBAC matches the ServiceAccount by name, so resume waits until
-the fresh account is older than that cache before binding it.
+the fresh account is older than that cache before binding it. If marking it
+provisioned fails, the label goes back on and the binding is deleted again:
+the cluster stays as suspended as the database says the workspace is.
 
 Suspend and resume of one workspace never interleave (an advisory lock): a
 resume that finds another operation under way is refused (409), a
@@ -40,6 +42,7 @@ suspension waits for it and then runs, so the kill switch always ends in
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from typing import Any, Mapping
 
@@ -52,6 +55,8 @@ from provisioning.kube.errors import KubeNotFound
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.onboarding import ensure_object, ensure_objects
 from provisioning.tiers import Tier
+
+log = logging.getLogger(__name__)
 
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
 # The API server's token-authentication cache (~10 s), plus clock-skew margin.
@@ -170,9 +175,27 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
         await asyncio.sleep(TOKEN_CACHE_GRACE_SECONDS)
         await ensure_object(kube, binding, wid)
         await kube.merge_patch(f"/api/v1/namespaces/{ns}", manifests.suspended_label_patch(False))
-        return await _change_status(
-            db, workspace_id, "provisioned",
-            AuditEvent("ResumeWorkspace", actor.id, workspace_id, ip_address,
-                       {"step": "access_restored", "old_uid": workspace.service_account_uid, "new_uid": new_uid}),
-            service_account_uid=new_uid,
-        )
+        try:
+            return await _change_status(
+                db, workspace_id, "provisioned",
+                AuditEvent("ResumeWorkspace", actor.id, workspace_id, ip_address,
+                           {"step": "access_restored", "old_uid": workspace.service_account_uid, "new_uid": new_uid}),
+                service_account_uid=new_uid,
+            )
+        except BaseException:
+            await _undo_resume(kube, ns, binding.path)
+            raise
+
+
+async def _undo_resume(kube: KubeClient, namespace: str, binding_path: str) -> None:
+    """The database still says suspended (the resume's commit failed), and
+    so must the cluster: the label back, the binding gone. Otherwise the
+    tenant's workloads would act in a namespace that the database, the
+    console and the audit log show as suspended, and nothing would say so.
+    Best effort: the repeated resume, or a suspension, finishes either way."""
+    try:
+        await kube.merge_patch(f"/api/v1/namespaces/{namespace}", manifests.suspended_label_patch(True))
+        await _delete_now(kube, binding_path)
+    except Exception as error:
+        log.warning("a failed resume could not be undone in the cluster; suspend the workspace again",
+                    extra={"namespace": namespace, "error": type(error).__name__})

@@ -368,3 +368,38 @@ async def test_an_onboarding_retried_during_a_suspension_makes_nothing_in_the_su
         await db.close()
     listed = cluster.kubectl_run("-n", namespace, "get", "rolebindings,serviceaccounts", "-o", "name", check=False)
     assert "tenant-admin" not in listed.stdout and manifests.TENANT_SERVICE_ACCOUNT not in listed.stdout
+
+
+async def test_a_resume_whose_commit_fails_leaves_the_namespace_suspended(
+        cluster: LocalCluster, gateway: Any, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resume's last step, marking the workspace provisioned with its
+    audit row, fails (the real PostgreSQL, its audit table locked by another
+    session past the gateway's database timeout). The cluster had already
+    been opened again: it is closed again, so the namespace is exactly as
+    suspended as the database, the console and the audit log say."""
+    from provisioning import suspension
+
+    monkeypatch.setattr(suspension, "TOKEN_CACHE_GRACE_SECONDS", 0.0)
+    grace = await register_and_login(gateway)
+    workspace = await grace.init()
+    namespace, path = workspace["namespace"], f"/api/v1/workspaces/{workspace['id']}"
+    root = await admin_session(gateway, database_url)
+    assert (await root.call("POST", f"{path}/suspend")).status == 200
+
+    locker = await asyncpg.connect(database_url)
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE audit_logs IN EXCLUSIVE MODE")  # reads pass, inserts wait
+            resumed = await root.call("POST", f"{path}/resume")
+            assert resumed.status == 503, await resumed.text()
+    finally:
+        await locker.close()
+
+    labels = json.loads(cluster.kubectl_run("get", "namespace", namespace, "-o", "json").stdout)["metadata"]["labels"]
+    assert labels.get(manifests.SUSPENDED_LABEL) == "true"
+    bindings = json.loads(cluster.kubectl_run("get", "rolebindings", "-n", namespace, "-o", "json").stdout)["items"]
+    assert bindings == []
+    assert (await (await root.call("GET", path)).json())["status"] == "suspended"
+    # Repeating the call finishes it.
+    again = await root.call("POST", f"{path}/resume")
+    assert await again.json() == {"id": workspace["id"], "status": "provisioned"}
