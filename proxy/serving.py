@@ -32,6 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy import keys
+from proxy.front import GatewayRunner
 from proxy.settings import Settings
 
 log = logging.getLogger("tenant_gateway")
@@ -81,7 +82,7 @@ async def serve(app: web.Application, settings: Settings, tls: ssl.SSLContext | 
     # Before start-up, so a signal during migrations is a graceful stop too.
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, on_signal, number)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=_CANCEL_AFTER_SECONDS,
+    runner = GatewayRunner(app, handle_signals=False, shutdown_timeout=_CANCEL_AFTER_SECONDS,
                            handler_cancellation=True, **server_args)
     try:
         await runner.setup()  # the cleanup contexts' start: what did start is closed again below

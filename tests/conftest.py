@@ -162,6 +162,13 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     from aiohttp.test_utils import TestServer
 
     from proxy.app import create_app, handler_args
+    from proxy.front import GatewayRunner
+
+    class GatewayTestServer(TestServer):
+        """Served as `serve` serves it (proxy.front.GatewayRunner)."""
+
+        async def _make_runner(self, **kwargs: Any) -> GatewayRunner:
+            return GatewayRunner(self.app, **kwargs)
     from proxy.settings import load_settings
 
     server_context, ca_file = gateway_tls
@@ -174,7 +181,7 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
         settings = load_settings(merged, providers_text=yaml.safe_dump(oidc_providers) if oidc_providers else None)
         seams = {"clock": clock} if clock is not None else {}
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
-        server = TestServer(app, scheme="https")
+        server = GatewayTestServer(app, scheme="https")
         await server.start_server(ssl=server_context, **handler_args(settings))
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(
             ssl=ssl.create_default_context(cafile=str(ca_file))))

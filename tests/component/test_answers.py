@@ -1,9 +1,13 @@
 """What every answer carries: hardening headers, exact CORS origins, the
 console's policy and files, the OpenAPI document, and the shape of
-aiohttp's own refusals on /k8s (no cluster)."""
+aiohttp's own refusals, on /k8s and of what it cannot parse (no cluster)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import ssl
 import uuid
 from typing import Any
 
@@ -97,3 +101,45 @@ async def test_aiohttps_own_refusals_on_k8s(gateway: Any) -> None:
     body = await answer.json()
     assert (answer.status, body["kind"], body["reason"], body["error"]["code"]) == (404, "Status", "NotFound",
                                                                                    "not_found")
+
+
+async def _raw_exchange(gateway: Any, request: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Send bytes as they are (no client library would send them) and read
+    the answer to its end: status line, headers, body."""
+    context = ssl.create_default_context(cafile=str(gateway.ca_file))
+    reader, writer = await asyncio.open_connection(gateway.server.host, gateway.server.port, ssl=context,
+                                                   server_hostname="127.0.0.1")
+    try:
+        writer.write(request)
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), timeout=10)  # the gateway closes after such an answer
+    finally:
+        writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return status_line, headers, body
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"GET /healthz HTTP/1.1\r\nHost: gw\r\nX-Long: " + b"A" * 20_000 + b"\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer sekrit-token-value\x01\r\n\r\n",
+    b"POST /api/v1/auth/login HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz-sekrit\r\n",
+], ids=["header-over-the-limit", "control-byte-in-a-header", "broken-chunk-size"])
+async def test_what_aiohttp_cannot_parse_is_answered_in_the_contracts_shape(
+        gateway: Any, request_bytes: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    """aiohttp answers these itself, before any route or middleware: by
+    default a text/plain page quoting the bytes, its version in Server,
+    and an ERROR line with a traceback that any client could cause at will."""
+    with caplog.at_level(logging.INFO):
+        status_line, headers, body = await _raw_exchange(gateway, request_bytes)
+    assert status_line.split()[1] == "400", status_line  # HTTP/1.0 when the request line was not read
+    assert json.loads(body) == {"error": {"code": "bad_request", "message": "the request is not well-formed HTTP/1.1"}}
+    assert headers["content-type"].startswith("application/json")
+    assert headers["server"] == "tenant-gateway"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"
+    assert headers["x-request-id"]
+    assert b"AAAA" not in body and b"sekrit" not in body
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "sekrit" not in caplog.text and "AAAA" not in caplog.text
