@@ -37,6 +37,10 @@ class NotFound(GatewayError):
     status, code, message = 404, "not_found", "no such resource"
 
 
+class RequestTimeout(GatewayError):
+    status, code, message = 408, "request_timeout", "the request body did not arrive in time"
+
+
 class Conflict(GatewayError):
     status, code, message = 409, "conflict", "the request conflicts with the current state"
 

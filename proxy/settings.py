@@ -121,7 +121,8 @@ class Settings:
     """A client's connection without a request in progress is closed after
     this: between requests, and from its opening to its first request's
     head, so a client trickling a head in cannot hold a connection (nginx's
-    keep-alive default; aiohttp's own is an hour)."""
+    keep-alive default; aiohttp's own is an hour). A JSON route's body must
+    arrive within it too (408)."""
     upstream_connect_timeout_seconds: float = 5.0
     """A TCP and TLS connection to the API server; longer is an outage (503)."""
     upstream_timeout_seconds: float = 60.0
@@ -385,7 +386,7 @@ VARIABLES: tuple[Variable, ...] = (
     _one("GATEWAY_WORKSPACE_CACHE_SECONDS", "workspace_cache_seconds", _seconds,
          "how long a workspace read is trusted if an event is lost"),
     _one("GATEWAY_CLIENT_IDLE_SECONDS", "client_idle_seconds", _seconds,
-         "a client's connection without a request in progress is closed after this"),
+         "a client's connection without a request in progress is closed after this (a JSON body: 408)"),
     _one("GATEWAY_UPSTREAM_CONNECT_TIMEOUT_SECONDS", "upstream_connect_timeout_seconds", _seconds,
          "connecting to the API server"),
     _one("GATEWAY_UPSTREAM_TIMEOUT_SECONDS", "upstream_timeout_seconds", _seconds,

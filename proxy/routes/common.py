@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import uuid
@@ -9,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from provisioning.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, UnsupportedMediaType
+from provisioning.errors import (BadRequest, Forbidden, NotFound, PayloadTooLarge, RequestTimeout,
+                                 UnsupportedMediaType)
 from proxy import keys
 from proxy.addresses import client_address, is_host, public_scheme, rate_subject
 from proxy.auth.authenticating import Principal
@@ -71,7 +73,14 @@ def public_origin(request: web.Request) -> str:
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
     if request.content_length is not None and request.content_length > MAX_JSON_BYTES:
         raise PayloadTooLarge()
-    raw = await read_at_most(request.content, MAX_JSON_BYTES)
+    try:
+        # A body trickled in, or one whose framing broke after the head
+        # (aiohttp then stops feeding it without ending it), would hold the
+        # handler for as long as the client keeps the connection.
+        async with asyncio.timeout(request.app[keys.SETTINGS].client_idle_seconds):
+            raw = await read_at_most(request.content, MAX_JSON_BYTES)
+    except TimeoutError:
+        raise RequestTimeout() from None
     if len(raw) > MAX_JSON_BYTES:
         raise PayloadTooLarge()
     if not raw.strip():

@@ -105,19 +105,19 @@ async def test_aiohttps_own_refusals_on_k8s(gateway: Any) -> None:
 
 async def _raw_exchange(gateway: Any, request: bytes) -> tuple[str, dict[str, str], bytes]:
     """Send bytes as they are (no client library would send them) and read
-    the answer to its end: status line, headers, body."""
+    the answer: status line, headers, and a body of its Content-Length."""
     context = ssl.create_default_context(cafile=str(gateway.ca_file))
     reader, writer = await asyncio.open_connection(gateway.server.host, gateway.server.port, ssl=context,
                                                    server_hostname="127.0.0.1")
     try:
         writer.write(request)
         await writer.drain()
-        raw = await asyncio.wait_for(reader.read(), timeout=10)  # the gateway closes after such an answer
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
+        status_line, *lines = head.decode("latin-1").rstrip("\r\n").split("\r\n")
+        headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), timeout=10)
     finally:
         writer.close()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
     return status_line, headers, body
 
 
@@ -143,3 +143,15 @@ async def test_what_aiohttp_cannot_parse_is_answered_in_the_contracts_shape(
     assert b"AAAA" not in body and b"sekrit" not in body
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "sekrit" not in caplog.text and "AAAA" not in caplog.text
+
+
+async def test_a_json_body_that_never_arrives_whole_is_a_408(make_gateway: Any) -> None:
+    """A body trickled in (here: 10 bytes of a declared 100, then silence)
+    would hold its handler for as long as the client keeps the connection."""
+    gateway = await make_gateway(GATEWAY_CLIENT_IDLE_SECONDS="1")
+    head = (b"POST /api/v1/auth/login HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{\"email\":")
+    async with asyncio.timeout(10):
+        status_line, _headers, body = await _raw_exchange(gateway, head)
+    assert status_line.split()[1] == "408", status_line
+    assert json.loads(body)["error"]["code"] == "request_timeout"
