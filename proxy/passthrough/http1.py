@@ -66,6 +66,11 @@ class UpstreamConnectionLost(ConnectionError):
     """The connection ended before the answer did."""
 
 
+class RequestBodyStalled(TimeoutError):
+    """The exchange's deadline passed while the client's request body was
+    still awaited: the client's delay, not the API server's."""
+
+
 def request_head(method: str, target: str, host: str, headers: CIMultiDict[str],
                  content_length: int | None, has_body: bool) -> bytes:
     """The request line and header section. Pure.
@@ -114,6 +119,8 @@ class Answer:
         self._body_task: asyncio.Task[None] | None = None
         self.body_sent = True
         """The request's body, if any, went out whole."""
+        self.awaiting_body = False
+        """The body's sender waits for the client's next piece (not for the API server)."""
         self._finished = False
 
     async def read_chunk(self) -> bytes:
@@ -179,7 +186,11 @@ class Answer:
 
     def _start_timer(self, timeout: float | None) -> None:
         if timeout is not None:
-            self._timer = self._loop.call_later(timeout, self._fail, TimeoutError("the API server did not answer in time"))
+            self._timer = self._loop.call_later(timeout, self._time_up)
+
+    def _time_up(self) -> None:
+        self._fail(RequestBodyStalled("the request body did not arrive in time") if self.awaiting_body
+                   else TimeoutError("the API server did not answer in time"))
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
@@ -366,8 +377,16 @@ class _Connection(asyncio.Protocol):
         counted as sent."""
         chunked = content_length is None
         left = content_length or 0
+        pieces = aiter(body)
         try:
-            async for chunk in body:
+            while True:
+                answer.awaiting_body = True
+                try:
+                    chunk = await anext(pieces)
+                except StopAsyncIteration:
+                    break
+                finally:
+                    answer.awaiting_body = False
                 if not chunk:
                     continue
                 if not chunked:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import ssl
 from typing import NoReturn
 
-from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, UpstreamError
-from proxy.passthrough.http1 import Pool, UnsafeHead, UpstreamProtocolError
+from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, RequestTimeout, UpstreamError
+from proxy.passthrough.http1 import Pool, RequestBodyStalled, UnsafeHead, UpstreamProtocolError
 
 SEND_FAILURES = (UnsafeHead, OSError, TimeoutError, UpstreamProtocolError)
 """What an exchange with the API server (`Pool.request`, `Pool.upgrade`, an
@@ -34,12 +34,15 @@ answer's body) raises when it fails."""
 
 def send_failed(error: Exception) -> NoReturn:
     """The one mapping of a failed exchange to what the client is told; raise
-    it from the `except SEND_FAILURES`. Only a head refused before sending is
+    it from the `except SEND_FAILURES`. Only a head refused before sending,
+    or a body the client had not finished sending by the deadline (408), is
     the client's fault: a certificate the API server's CA did not sign
     (ssl.SSLCertVerificationError, a ValueError too) is a cluster that cannot
     be reached safely, so 503."""
     if isinstance(error, UnsafeHead):
         raise BadRequest("a request header holds a line break", code="invalid_header") from None
+    if isinstance(error, RequestBodyStalled):
+        raise RequestTimeout() from None
     if isinstance(error, UpstreamProtocolError):
         raise UpstreamError() from error
     raise ClusterUnavailable() from error

@@ -17,7 +17,8 @@ from typing import AsyncIterator, Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
-from proxy.passthrough.http1 import Pool, UpstreamConnectionLost, UpstreamProtocolError, request_head
+from proxy.passthrough.http1 import (Pool, RequestBodyStalled, UpstreamConnectionLost, UpstreamProtocolError,
+                                    request_head)
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -328,6 +329,31 @@ async def test_the_deadline_covers_the_body_too(peer_pool) -> None:  # type: ign
     assert await answer.read_chunk() == b"some"
     with pytest.raises(TimeoutError):
         await answer.read_chunk()
+
+
+async def test_a_request_body_still_awaited_at_the_deadline_is_the_clients_delay(peer_pool) -> None:  # type: ignore[no-untyped-def]
+    peer, pool = await peer_pool()
+
+    async def waits_for_the_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await peer.read_head(reader)
+        await reader.read()
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b"{"
+        await asyncio.sleep(3600)  # the client sends nothing more
+        yield b"}"
+
+    peer.scripts = [waits_for_the_body, waits_for_the_body]
+    with pytest.raises(RequestBodyStalled):
+        await pool.request("POST", "/", CIMultiDict(), body=trickle(), content_length=2, timeout=0.2)
+
+    async def whole() -> AsyncIterator[bytes]:
+        yield b"{}"
+
+    # The body went out whole, and the API server is the one that is silent.
+    with pytest.raises(TimeoutError) as silent:
+        await pool.request("POST", "/", CIMultiDict(), body=whole(), content_length=2, timeout=0.2)
+    assert not isinstance(silent.value, RequestBodyStalled)
 
 
 async def test_a_connection_refused_is_an_os_error() -> None:

@@ -159,6 +159,31 @@ async def test_an_api_server_that_never_answers_is_a_503_after_the_upstream_time
         assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
 
 
+async def test_a_write_whose_client_stops_sending_its_body_is_a_408_not_an_outage(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """The upstream deadline passes while the client's body is still
+    awaited: the client's delay (408), not a cluster that is unavailable."""
+    async def read_the_body(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"kind": "ConfigMap"}, status=201)
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"kind":'
+        await asyncio.sleep(3600)
+
+    _server, upstream = await fake_api_server(read_the_body)
+    impatient = Upstream(upstream.server, None, timeout=0.5)
+    try:
+        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=impatient)
+        user, path = await provisioned_workspace(gateway)
+        async with asyncio.timeout(10):
+            answer = await gateway.post(path, data=trickle(),
+                                        headers={**user.bearer, "Content-Type": "application/json"})
+            assert await k8s_error(answer) == (408, "request_timeout")
+    finally:
+        impatient.close()
+
+
 async def test_a_write_whose_client_left_before_the_answer_is_still_audited(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """The write reached the (FAKE, hung) API server, which may well carry
