@@ -9,7 +9,9 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
 - no pod runs as the gateway-managed ServiceAccount or projects a token
   longer than a kubeconfig's 2 h;
 - no pod mounts storage with the node's identity or binds a volume by
-  name, picks its node or tolerates the control plane;
+  name;
+- no pod picks its node or tolerates the control plane, on create or by a
+  later update;
 - no ExternalName Service points shared infrastructure elsewhere;
 - the gateway's own credential cannot hand a tenant namespace to the
   garbage collector.
@@ -27,10 +29,12 @@ import pytest
 from kubernetes import client
 
 from devstack.cluster import LocalCluster
+from devstack.node import NODE_NAME
 from provisioning import manifests
 from tests import kubeclients
 from tests.attacks.tenants import Tenant, onboard, refusal
 from tests.gatewayclient import admin_session
+from tests.pods import pod_manifest
 
 pytestmark = pytest.mark.cluster
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -316,6 +320,55 @@ async def test_pods_cannot_pick_their_node_or_tolerate_the_control_plane(
     # A taint of the platform's own making (a GPU pool's) may still be tolerated.
     core.create_namespaced_pod(ns, pod("gpu", tolerations=[
         {"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+
+
+async def test_a_pending_pod_cannot_be_let_onto_the_control_plane_by_an_update(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """Kubernetes lets a pod's tolerations grow after it is created: a
+    Pending pod aimed at the control plane (nodeSelector), patched to
+    tolerate its taint, would be scheduled next to etcd."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+
+    def tolerating(name: str, *more: dict[str, Any]) -> dict[str, Any]:
+        """What it already tolerates (the API server lets a pod's tolerations only grow) and more."""
+        had = alice.api.sanitize_for_serialization(core.read_namespaced_pod(name, ns).spec.tolerations or [])
+        return {"spec": {"tolerations": [*had, *more]}}
+
+    core.create_namespaced_pod(ns, pod("aimed", nodeSelector={"node-role.kubernetes.io/control-plane": ""}))
+    for what, toleration in {
+        "the control plane": {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+        "every taint": {"operator": "Exists"},
+        "every NoSchedule taint": {"operator": "Exists", "effect": "NoSchedule"},
+    }.items():
+        status, message = refusal(lambda: core.patch_namespaced_pod("aimed", ns, tolerating("aimed", toleration)))
+        assert status == 403 and "may not tolerate" in message, (what, status, message)
+    aimed = core.read_namespaced_pod("aimed", ns)
+    assert all(t.key and not t.key.startswith("node-role.") for t in aimed.spec.tolerations or [])
+    # Nor can an update name the node (the API server refuses that too).
+    assert refusal(lambda: core.patch_namespaced_pod("aimed", ns, {"spec": {"nodeName": NODE_NAME}}))[0] != 200
+    core.delete_namespaced_pod("aimed", ns, grace_period_seconds=0)
+
+    # What the scheduler and the kubelet do to a pod still happens (pods/binding,
+    # pods/status), and the tenant can still change what is its own.
+    core.create_namespaced_pod(ns, pod_manifest("runs", "sleep 3600"))
+    try:
+        for _ in range(180):
+            running = core.read_namespaced_pod("runs", ns)
+            if running.status.phase == "Running":
+                break
+            await asyncio.sleep(0.5)
+        assert running.status.phase == "Running" and running.spec.node_name == NODE_NAME, running.status
+        core.patch_namespaced_pod("runs", ns, {"metadata": {"labels": {"tier": "web"}}})
+        gpu = {"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        core.patch_namespaced_pod("runs", ns, tolerating("runs", gpu))
+        status, message = refusal(lambda: core.patch_namespaced_pod("runs", ns, tolerating("runs", {"operator": "Exists"})))
+        assert status == 403 and "may not tolerate" in message, (status, message)
+        shown = core.read_namespaced_pod("runs", ns)
+        assert shown.metadata.labels["tier"] == "web" and shown.status.phase == "Running"
+        assert shown.spec.node_name == NODE_NAME and shown.spec.tolerations[-1].key == "example.com/gpu"
+    finally:
+        core.delete_namespaced_pod("runs", ns, grace_period_seconds=0)
 
 
 # -- 5. ExternalName ----------------------------------------------------------------
