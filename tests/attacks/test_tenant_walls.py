@@ -8,8 +8,8 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
   accomplices race it or pin what it deletes with finalizers;
 - no pod runs as the gateway-managed ServiceAccount or projects a token
   longer than a kubeconfig's 2 h;
-- no pod mounts storage with the node's identity or binds a volume by
-  name;
+- no pod mounts storage with the node's identity, and no claim binds an
+  administrator's volume by name, label or the empty class;
 - no pod picks its node or tolerates the control plane, on create or by a
   later update;
 - no ExternalName Service points shared infrastructure elsewhere;
@@ -290,10 +290,9 @@ async def test_pods_reach_storage_only_through_allowed_volumes_and_unnamed_claim
         {"name": "scratch", "emptyDir": {}}, {"name": "config", "configMap": {"name": "kube-root-ca.crt"}},
         {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
 
-    claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+    claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
                                                     "resources": {"requests": {"storage": "1Gi"}}}}
-    named = {**claim, "metadata": {"name": "named"}, "spec": {**claim["spec"], "volumeName": "admins-hostpath",
-                                                              "storageClassName": ""}}
+    named = {**claim, "metadata": {"name": "named"}, "spec": {**claim["spec"], "volumeName": "admins-hostpath"}}
     status, message = refusal(lambda: core.create_namespaced_persistent_volume_claim(ns, named))
     assert status == 403 and "may not name a PersistentVolume" in message
     core.create_namespaced_persistent_volume_claim(ns, claim)
@@ -301,6 +300,65 @@ async def test_pods_reach_storage_only_through_allowed_volumes_and_unnamed_claim
     status, message = refusal(lambda: core.patch_namespaced_persistent_volume_claim(
         "data", ns, {"spec": {"volumeName": "admins-hostpath"}}))
     assert status == 403 and "may not name a PersistentVolume" in message
+
+
+def claim(name: str, storage_class: str | None = "standard", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, **spec}
+    if storage_class is not None:
+        body["storageClassName"] = storage_class
+    return {"metadata": {"name": name}, "spec": body}
+
+
+def ephemeral(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod's ephemeral volume with `template` as its claim (named after the pod and volume)."""
+    metadata = {k: v for k, v in template["metadata"].items() if k != "name"}
+    return [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"metadata": metadata, "spec": template["spec"]}}}]
+
+
+BETA_CLASS = "volume.beta.kubernetes.io/storage-class"  # read before storageClassName by the volume binder
+
+
+async def test_claims_cannot_bind_an_administrators_volume_without_naming_it(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """Static binding needs no volumeName: a claim of the empty class binds
+    any Available class-less PersistentVolume, and so does one with no class
+    where no default StorageClass fills one in; a selector picks volumes by
+    their labels. An administrator's hostPath or local volume is Pod
+    Security's blind spot either way."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    storage = client.StorageV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    default = "storageclass.kubernetes.io/is-default-class"
+    assert not [c for c in storage.list_storage_class().items if (c.metadata.annotations or {}).get(default) == "true"]
+    class_less = claim("class-less", "")
+    beta_class_less = claim("beta-class-less")
+    beta_class_less["metadata"]["annotations"] = {BETA_CLASS: ""}
+    attempts = {
+        "the empty class": (class_less, "must name a storage class"),
+        "no class, none by default": (claim("no-class", None), "must name a storage class"),
+        "the empty class by annotation": (beta_class_less, "must name a storage class"),
+        "a selector": (claim("selected", selector={"matchLabels": {"owner": "platform"}}), "by label"),
+    }
+    for what, (body, reason) in attempts.items():
+        status, message = refusal(lambda: core.create_namespaced_persistent_volume_claim(ns, body))
+        assert status == 403 and reason in message, (what, status, message)
+        # The claim a pod's ephemeral volume would have a controller make.
+        if what != "no class, none by default":  # its class may yet come from a default
+            status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("eph", volumes=ephemeral(body))))
+            assert status == 403 and "ephemeral volumes" in message, (what, status, message)
+    named = claim("named", volumeName="admins-hostpath")
+    status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("eph", volumes=ephemeral(named))))
+    assert status == 403 and "ephemeral volumes" in message, (status, message)
+
+    # A class of the platform's is what storage comes through; the claim stays the tenant's to label ...
+    core.create_namespaced_persistent_volume_claim(ns, claim("data"))
+    core.patch_namespaced_persistent_volume_claim("data", ns, {"metadata": {"labels": {"app": "db"}}})
+    # ... but not to empty its class afterwards (the API server lets the annotation be added).
+    status, message = refusal(lambda: core.patch_namespaced_persistent_volume_claim(
+        "data", ns, {"metadata": {"annotations": {BETA_CLASS: ""}}}))
+    assert status == 403 and "must name a storage class" in message, (status, message)
+    core.create_namespaced_pod(ns, pod("eph-classed", volumes=ephemeral(claim("t"))))
+    core.create_namespaced_pod(ns, pod("eph-default", volumes=ephemeral(claim("t", None))))
 
 
 async def test_pods_cannot_pick_their_node_or_tolerate_the_control_plane(
