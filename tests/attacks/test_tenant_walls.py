@@ -12,6 +12,7 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
   administrator's volume by name, label or the empty class;
 - no pod picks its node or tolerates the control plane, on create or by a
   later update;
+- no pod takes the cluster's own (system-) priority classes;
 - no ExternalName Service points shared infrastructure elsewhere;
 - the gateway's own credential cannot hand a tenant namespace to the
   garbage collector.
@@ -427,6 +428,28 @@ async def test_a_pending_pod_cannot_be_let_onto_the_control_plane_by_an_update(
         assert shown.spec.node_name == NODE_NAME and shown.spec.tolerations[-1].key == "example.com/gpu"
     finally:
         core.delete_namespaced_pod("runs", ns, grace_period_seconds=0)
+
+
+# -- priority -------------------------------------------------------------------
+
+async def test_pods_cannot_take_a_system_priority_class(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """The built-in critical classes outrank every workload: a tenant's pod
+    of one would preempt other tenants' pods from a full node."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    for name in ("system-node-critical", "system-cluster-critical"):
+        status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("critical", priorityClassName=name)))
+        assert status == 403 and "system- priority classes" in message, (name, status, message)
+    # A bare priority no class gave is the Priority admission plugin's to refuse.
+    assert refusal(lambda: core.create_namespaced_pod(ns, pod("bare", priority=2_000_001_000)))[0] == 403
+    # The platform's own classes stay the tenant's to name.
+    scheduling = client.SchedulingV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    batch = f"batch-{uuid.uuid4().hex[:8]}"
+    scheduling.create_priority_class({"metadata": {"name": batch}, "value": 1000})
+    try:
+        assert core.create_namespaced_pod(ns, pod("batch", priorityClassName=batch)).spec.priority == 1000
+    finally:
+        scheduling.delete_priority_class(batch)
 
 
 # -- 5. ExternalName ----------------------------------------------------------------
