@@ -113,6 +113,13 @@ spec:
   containers: [{name: c, image: registry.invalid/none}]
   nodeName: probe
 """
+_CRITICAL_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: probe}
+spec:
+  containers: [{name: c, image: registry.invalid/none}]
+  priorityClassName: system-node-critical
+"""
 # Client identities other than the gateway's: file stem -> (user, groups).
 _CLIENT_IDENTITIES = {
     "admin": ("cluster-admin", ("system:masters",)),
@@ -448,6 +455,7 @@ class LocalCluster:
                                                            ["create", "serviceaccount", "tenant-gateway"], None),
                 "tenant-gateway-volume-sources": ("csi volumes only", ["create", "-f", "-"], _NFS_POD),
                 "tenant-gateway-node-placement": ("may not name their node", ["create", "-f", "-"], _PLACED_POD),
+                "tenant-gateway-pod-priority": ("system- priority classes", ["create", "-f", "-"], _CRITICAL_POD),
                 "tenant-gateway-suspended": ("this workspace is suspended",
                                              ["create", "configmap", "probe", f"--as=system:serviceaccount:{ns}:prober"],
                                              None),

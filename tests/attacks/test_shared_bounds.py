@@ -43,8 +43,9 @@ def service(name: str, kind: str = "ClusterIP") -> dict[str, Any]:
 
 
 def claim(name: str, size: str) -> dict[str, Any]:
-    return {"metadata": {"name": name},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}}
+    return {"metadata": {"name": name},  # a class is required (tests/attacks/test_tenant_walls.py)
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
+                     "resources": {"requests": {"storage": size}}}}
 
 
 async def test_no_node_port_no_load_balancer_and_no_storage_beyond_the_tier(gateway: Any, tmp_path: Path) -> None:

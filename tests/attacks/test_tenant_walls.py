@@ -8,8 +8,11 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
   accomplices race it or pin what it deletes with finalizers;
 - no pod runs as the gateway-managed ServiceAccount or projects a token
   longer than a kubeconfig's 2 h;
-- no pod mounts storage with the node's identity or binds a volume by
-  name, picks its node or tolerates the control plane;
+- no pod mounts storage with the node's identity, and no claim binds an
+  administrator's volume by name, label or the empty class;
+- no pod picks its node or tolerates the control plane, on create or by a
+  later update;
+- no pod takes the cluster's own (system-) priority classes;
 - no ExternalName Service points shared infrastructure elsewhere;
 - the gateway's own credential cannot hand a tenant namespace to the
   garbage collector.
@@ -27,10 +30,12 @@ import pytest
 from kubernetes import client
 
 from devstack.cluster import LocalCluster
+from devstack.node import NODE_NAME
 from provisioning import manifests
 from tests import kubeclients
 from tests.attacks.tenants import Tenant, onboard, refusal
 from tests.gatewayclient import admin_session
+from tests.pods import pod_manifest
 
 pytestmark = pytest.mark.cluster
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -286,10 +291,9 @@ async def test_pods_reach_storage_only_through_allowed_volumes_and_unnamed_claim
         {"name": "scratch", "emptyDir": {}}, {"name": "config", "configMap": {"name": "kube-root-ca.crt"}},
         {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
 
-    claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"],
+    claim = {"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "standard",
                                                     "resources": {"requests": {"storage": "1Gi"}}}}
-    named = {**claim, "metadata": {"name": "named"}, "spec": {**claim["spec"], "volumeName": "admins-hostpath",
-                                                              "storageClassName": ""}}
+    named = {**claim, "metadata": {"name": "named"}, "spec": {**claim["spec"], "volumeName": "admins-hostpath"}}
     status, message = refusal(lambda: core.create_namespaced_persistent_volume_claim(ns, named))
     assert status == 403 and "may not name a PersistentVolume" in message
     core.create_namespaced_persistent_volume_claim(ns, claim)
@@ -297,6 +301,65 @@ async def test_pods_reach_storage_only_through_allowed_volumes_and_unnamed_claim
     status, message = refusal(lambda: core.patch_namespaced_persistent_volume_claim(
         "data", ns, {"spec": {"volumeName": "admins-hostpath"}}))
     assert status == 403 and "may not name a PersistentVolume" in message
+
+
+def claim(name: str, storage_class: str | None = "standard", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}, **spec}
+    if storage_class is not None:
+        body["storageClassName"] = storage_class
+    return {"metadata": {"name": name}, "spec": body}
+
+
+def ephemeral(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """A pod's ephemeral volume with `template` as its claim (named after the pod and volume)."""
+    metadata = {k: v for k, v in template["metadata"].items() if k != "name"}
+    return [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"metadata": metadata, "spec": template["spec"]}}}]
+
+
+BETA_CLASS = "volume.beta.kubernetes.io/storage-class"  # read before storageClassName by the volume binder
+
+
+async def test_claims_cannot_bind_an_administrators_volume_without_naming_it(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """Static binding needs no volumeName: a claim of the empty class binds
+    any Available class-less PersistentVolume, and so does one with no class
+    where no default StorageClass fills one in; a selector picks volumes by
+    their labels. An administrator's hostPath or local volume is Pod
+    Security's blind spot either way."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    storage = client.StorageV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    default = "storageclass.kubernetes.io/is-default-class"
+    assert not [c for c in storage.list_storage_class().items if (c.metadata.annotations or {}).get(default) == "true"]
+    class_less = claim("class-less", "")
+    beta_class_less = claim("beta-class-less")
+    beta_class_less["metadata"]["annotations"] = {BETA_CLASS: ""}
+    attempts = {
+        "the empty class": (class_less, "must name a storage class"),
+        "no class, none by default": (claim("no-class", None), "must name a storage class"),
+        "the empty class by annotation": (beta_class_less, "must name a storage class"),
+        "a selector": (claim("selected", selector={"matchLabels": {"owner": "platform"}}), "by label"),
+    }
+    for what, (body, reason) in attempts.items():
+        status, message = refusal(lambda: core.create_namespaced_persistent_volume_claim(ns, body))
+        assert status == 403 and reason in message, (what, status, message)
+        # The claim a pod's ephemeral volume would have a controller make.
+        if what != "no class, none by default":  # its class may yet come from a default
+            status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("eph", volumes=ephemeral(body))))
+            assert status == 403 and "ephemeral volumes" in message, (what, status, message)
+    named = claim("named", volumeName="admins-hostpath")
+    status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("eph", volumes=ephemeral(named))))
+    assert status == 403 and "ephemeral volumes" in message, (status, message)
+
+    # A class of the platform's is what storage comes through; the claim stays the tenant's to label ...
+    core.create_namespaced_persistent_volume_claim(ns, claim("data"))
+    core.patch_namespaced_persistent_volume_claim("data", ns, {"metadata": {"labels": {"app": "db"}}})
+    # ... but not to empty its class afterwards (the API server lets the annotation be added).
+    status, message = refusal(lambda: core.patch_namespaced_persistent_volume_claim(
+        "data", ns, {"metadata": {"annotations": {BETA_CLASS: ""}}}))
+    assert status == 403 and "must name a storage class" in message, (status, message)
+    core.create_namespaced_pod(ns, pod("eph-classed", volumes=ephemeral(claim("t"))))
+    core.create_namespaced_pod(ns, pod("eph-default", volumes=ephemeral(claim("t", None))))
 
 
 async def test_pods_cannot_pick_their_node_or_tolerate_the_control_plane(
@@ -316,6 +379,77 @@ async def test_pods_cannot_pick_their_node_or_tolerate_the_control_plane(
     # A taint of the platform's own making (a GPU pool's) may still be tolerated.
     core.create_namespaced_pod(ns, pod("gpu", tolerations=[
         {"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]))
+
+
+async def test_a_pending_pod_cannot_be_let_onto_the_control_plane_by_an_update(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """Kubernetes lets a pod's tolerations grow after it is created: a
+    Pending pod aimed at the control plane (nodeSelector), patched to
+    tolerate its taint, would be scheduled next to etcd."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+
+    def tolerating(name: str, *more: dict[str, Any]) -> dict[str, Any]:
+        """What it already tolerates (the API server lets a pod's tolerations only grow) and more."""
+        had = alice.api.sanitize_for_serialization(core.read_namespaced_pod(name, ns).spec.tolerations or [])
+        return {"spec": {"tolerations": [*had, *more]}}
+
+    core.create_namespaced_pod(ns, pod("aimed", nodeSelector={"node-role.kubernetes.io/control-plane": ""}))
+    for what, toleration in {
+        "the control plane": {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+        "every taint": {"operator": "Exists"},
+        "every NoSchedule taint": {"operator": "Exists", "effect": "NoSchedule"},
+    }.items():
+        status, message = refusal(lambda: core.patch_namespaced_pod("aimed", ns, tolerating("aimed", toleration)))
+        assert status == 403 and "may not tolerate" in message, (what, status, message)
+    aimed = core.read_namespaced_pod("aimed", ns)
+    assert all(t.key and not t.key.startswith("node-role.") for t in aimed.spec.tolerations or [])
+    # Nor can an update name the node (the API server refuses that too).
+    assert refusal(lambda: core.patch_namespaced_pod("aimed", ns, {"spec": {"nodeName": NODE_NAME}}))[0] != 200
+    core.delete_namespaced_pod("aimed", ns, grace_period_seconds=0)
+
+    # What the scheduler and the kubelet do to a pod still happens (pods/binding,
+    # pods/status), and the tenant can still change what is its own.
+    core.create_namespaced_pod(ns, pod_manifest("runs", "sleep 3600"))
+    try:
+        for _ in range(180):
+            running = core.read_namespaced_pod("runs", ns)
+            if running.status.phase == "Running":
+                break
+            await asyncio.sleep(0.5)
+        assert running.status.phase == "Running" and running.spec.node_name == NODE_NAME, running.status
+        core.patch_namespaced_pod("runs", ns, {"metadata": {"labels": {"tier": "web"}}})
+        gpu = {"key": "example.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        core.patch_namespaced_pod("runs", ns, tolerating("runs", gpu))
+        status, message = refusal(lambda: core.patch_namespaced_pod("runs", ns, tolerating("runs", {"operator": "Exists"})))
+        assert status == 403 and "may not tolerate" in message, (status, message)
+        shown = core.read_namespaced_pod("runs", ns)
+        assert shown.metadata.labels["tier"] == "web" and shown.status.phase == "Running"
+        assert shown.spec.node_name == NODE_NAME and shown.spec.tolerations[-1].key == "example.com/gpu"
+    finally:
+        core.delete_namespaced_pod("runs", ns, grace_period_seconds=0)
+
+
+# -- priority -------------------------------------------------------------------
+
+async def test_pods_cannot_take_a_system_priority_class(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """The built-in critical classes outrank every workload: a tenant's pod
+    of one would preempt other tenants' pods from a full node."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    for name in ("system-node-critical", "system-cluster-critical"):
+        status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("critical", priorityClassName=name)))
+        assert status == 403 and "system- priority classes" in message, (name, status, message)
+    # A bare priority no class gave is the Priority admission plugin's to refuse.
+    assert refusal(lambda: core.create_namespaced_pod(ns, pod("bare", priority=2_000_001_000)))[0] == 403
+    # The platform's own classes stay the tenant's to name.
+    scheduling = client.SchedulingV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    batch = f"batch-{uuid.uuid4().hex[:8]}"
+    scheduling.create_priority_class({"metadata": {"name": batch}, "value": 1000})
+    try:
+        assert core.create_namespaced_pod(ns, pod("batch", priorityClassName=batch)).spec.priority == 1000
+    finally:
+        scheduling.delete_priority_class(batch)
 
 
 # -- 5. ExternalName ----------------------------------------------------------------

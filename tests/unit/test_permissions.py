@@ -3,7 +3,10 @@ policy gaps `check` names, the confinement probes. Pure."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes, evaluate,
                                       policy_gaps, required_permissions)
@@ -47,6 +50,16 @@ def test_policy_gaps_name_every_bypass_of_the_shipped_policy_set() -> None:
         assert policy_gaps(policies, others + [weakened]) == (
             f"ValidatingAdmissionPolicy {name} (deploy/kubernetes/admission.yaml) "
             "has no binding that denies in every namespace it guards",), weakened
+
+
+def test_check_requires_every_policy_the_deployment_ships_as_shipped() -> None:
+    """A wall added to admission.yaml but not to POLICIES would never be
+    checked; one in POLICIES the file lacks would fail every `check`."""
+    shipped = list(yaml.safe_load_all((Path(__file__).parents[2] / "deploy/kubernetes/admission.yaml").read_text()))
+    policies = [d for d in shipped if d["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [d for d in shipped if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert sorted(p["metadata"]["name"] for p in policies) == sorted(POLICIES)
+    assert policy_gaps(policies, bindings) == ()
 
 
 def test_confinement_probes_aim_at_a_tenant_namespace_when_there_is_one() -> None:
