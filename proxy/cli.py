@@ -172,8 +172,12 @@ def _self_check(settings: Settings, allow_excess: bool) -> None:
     try:
         report = asyncio.run(_permission_report(settings))
     except GatewayError as error:
-        log.warning("permission self-check could not run; /readyz will say why", extra={"reason": error.message})
-        return
+        # Unproven is not proven: the API server unreachable, a 429 or 5xx on
+        # one review, a 403 on what the check reads. Exit, and the kubelet
+        # restarts us until the check can run (/readyz checks reachability
+        # only, not permissions, so it would not say).
+        _fail("the permission self-check could not run (" + " ".join(error.message.split())
+              + "); refusing to start", 1)
     if report.missing:
         _fail("the gateway's Kubernetes credential lacks permissions it needs:\n  " + "\n  ".join(map(str, report.missing)), 1)
     if report.excessive:

@@ -105,6 +105,22 @@ def test_serve_refuses_to_start_with_excess_permissions(cluster: LocalCluster, g
     assert "refusing to start" in result.stderr
 
 
+def test_serve_refuses_to_start_when_its_check_cannot_run(cluster: LocalCluster, gateway_env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """An API server that cannot be reached proves nothing: exit 1 (the
+    kubelet restarts it), never a gateway serving unchecked."""
+    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig"),
+                  "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"},
+                 "serve")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("tenant-gateway: the permission self-check could not run (") and \
+        last.endswith("); refusing to start"), result.stderr
+
+
 def test_settings_errors_stop_start_up_with_a_message(gateway_env: dict[str, str]) -> None:
     for key, value, words in [
         ("GATEWAY_CORS_ORIGINS", "*", "'*' is refused"),
