@@ -62,15 +62,35 @@ class Permission:
         }
 
 
+def rule_grants(rule: Mapping[str, Any], namespace: str = "") -> tuple[Permission, ...]:
+    """Each (verb, resource, name) an RBAC PolicyRule grants, as a ClusterRole
+    or a SelfSubjectRulesReview spells it ("*" stays "*")."""
+    return tuple(Permission(verb, base, group, sub, name, namespace)
+                 for group in rule.get("apiGroups") or []
+                 for base, _, sub in (resource.partition("/") for resource in rule.get("resources") or [])
+                 for verb in rule.get("verbs") or []
+                 for name in rule.get("resourceNames") or [""])
+
+
 def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
+    """Every request the code makes with the gateway's credential, and
+    nothing more (the ClusterRole `tenant-gateway` grants exactly these).
+    `create` is onboarding's (onboarding.converge_object, and resume and
+    reconcile through it); `get` is its adoption of an object an earlier
+    attempt made (the same function, on AlreadyExists)."""
     rbac = "rbac.authorization.k8s.io"
-    needed = [Permission(v, r) for r in ("namespaces", "resourcequotas", "limitranges") for v in ("create", "get", "list")]
-    needed += [Permission("patch", "namespaces")]  # the suspension label
-    needed += [Permission("patch", "resourcequotas")]  # quota follows the tier (resume, reconcile)
-    # patch (serviceaccounts, rolebindings): suspension lets go of one a finalizer holds.
-    needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete", "patch")]
-    needed += [Permission("create", "serviceaccounts", subresource="token")]
-    needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get", "list")]
+    # list (namespaces): check's own search for a tenant namespace to probe;
+    # patch: the suspension label (suspension.suspend / resume).
+    needed = [Permission(v, "namespaces") for v in ("create", "get", "list", "patch")]
+    # patch: the quota follows its tier (resume, reconcile: quota_convergence).
+    needed += [Permission(v, "resourcequotas") for v in ("create", "get", "patch")]
+    needed += [Permission(v, "limitranges") for v in ("create", "get")]
+    # delete, patch (serviceaccounts, rolebindings): suspension deletes them
+    # and lets go of one a finalizer holds (suspension._delete_now); list
+    # (rolebindings): suspension deletes every binding in the namespace.
+    needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "delete", "patch")]
+    needed += [Permission("create", "serviceaccounts", subresource="token")]  # kube.tokens.request_token
+    needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get")]
     needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete", "patch")]
     needed += [Permission("bind", "clusterroles", rbac, name=tenant_cluster_role)]
     needed += [Permission("list", r, "admissionregistration.k8s.io")  # check reads the tenant policies
