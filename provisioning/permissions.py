@@ -11,7 +11,8 @@ RBAC cannot keep the gateway's cluster-wide grants out of kube-system, nor
 stop it handing a tenant namespace to the garbage collector through
 ownerReferences or finalizers; the admission policy `tenant-gateway-confined`
 does. Dry-run writes show whether it is in force for this credential:
-admission runs for dry runs, nothing is stored.
+admission runs for dry runs, nothing is stored. A dry run answered NotFound
+never reached admission: it proves nothing, and is reported `unproven`.
 
 The walls between tenants are admission policies the gateway's credential is
 never subject to, so no dry run of its own can prove them. `check` reads them
@@ -133,15 +134,21 @@ class WriteProbe:
     body: dict[str, Any]
     admitted: str
 
+    def unproven(self, why: str) -> str:
+        """The line for a probe that could not be made: admission never ran."""
+        return f"not shown refused, the probe could not be made ({why}): {self.admitted}"
+
 
 _OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "tenant-gateway-probe",
           "uid": "00000000-0000-0000-0000-000000000000"}
 
 
-def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
+def confinement_probes(tenant_namespace: str | None, *, rolebinding: bool = True) -> tuple[WriteProbe, ...]:
     """What a stolen gateway credential would try. The namespace probes need
     a tenant namespace to aim at; before the first onboarding there is none
-    to lose, and creation is probed instead."""
+    to lose, and creation is probed instead. `rolebinding`: the namespace
+    holds the tenant RoleBinding the last probe patches (see
+    `rolebinding_unproven` when none does)."""
     owned_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
     owned_namespace["metadata"]["ownerReferences"] = [_OWNER]
     undeletable_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
@@ -161,14 +168,28 @@ def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
                        f"tenant namespaces can be re-parented (ownerReferences): {_CONFINED}"),
             WriteProbe("PATCH", path, {"metadata": {"finalizers": ["tenant-gateway.io/probe"]}},
                        f"tenant namespaces can be given finalizers: {_CONFINED}"),
-            # patch is held to let go of a binding being deleted, nothing more.
-            WriteProbe("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenant_namespace}/rolebindings/"
-                                f"{manifests.TENANT_ROLEBINDING}",
-                       {"subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                      "name": "system:authenticated"}]},
-                       f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}"),
         ]
+        if rolebinding:
+            probes.append(_rolebinding_probe(tenant_namespace))
     return tuple(probes)
+
+
+def _rolebinding_probe(tenant_namespace: str) -> WriteProbe:
+    # patch is held to let go of a binding being deleted, nothing more.
+    return WriteProbe("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenant_namespace}/rolebindings/"
+                               f"{manifests.TENANT_ROLEBINDING}",
+                      {"subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                     "name": "system:authenticated"}]},
+                      f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}")
+
+
+def rolebinding_unproven(sampled: int, cluster_role: str) -> str:
+    """Tenant namespaces exist, but none sampled holds the RoleBinding to
+    patch: a missing one answers NotFound before admission runs, which
+    proves nothing (and a tenant can delete its own)."""
+    return _rolebinding_probe("-").unproven(
+        f"none of the {sampled} tenant namespaces sampled holds RoleBinding {manifests.TENANT_ROLEBINDING} "
+        f"of ClusterRole {cluster_role}")
 
 
 # The admission policies in deploy/kubernetes/admission.yaml and the
@@ -220,32 +241,39 @@ def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]]) 
 class PermissionReport:
     missing: tuple[Permission, ...]
     excessive: tuple[Permission | str, ...]
+    unproven: tuple[str, ...] = ()
+    """Probes that could not be made: not a pass."""
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.excessive
+        return not self.missing and not self.excessive and not self.unproven
 
     def lines(self) -> list[str]:
         out = [f"missing: {p}" for p in self.missing] + [f"excessive: {p}" for p in self.excessive]
+        out += [f"unproven: {line}" for line in self.unproven]
         return out or ["ok: the gateway's credential holds every permission it needs and nothing forbidden"]
 
 
 def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *,
-             bypasses: tuple[str, ...] = ()) -> PermissionReport:
+             bypasses: tuple[str, ...] = (), unproven: tuple[str, ...] = ()) -> PermissionReport:
     """`bypasses`: admitted confinement probes and policy gaps, reported as
     excessive: each lets the credential or a tenant do what it must not."""
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
         excessive=tuple(p for p in FORBIDDEN if allowed[p]) + bypasses,
+        unproven=unproven,
     )
 
 
-async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool:
+async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool | str:
+    """False: refused. True: admitted. A string: why it could not be made."""
     content_type = "application/merge-patch+json" if probe.method == "PATCH" else "application/json"
     try:
         await kube.request(probe.method, probe.path, probe.body, query={"dryRun": "All"}, content_type=content_type)
-    except (KubeForbidden, KubeNotFound):  # refused; or nothing there to try it on (admission comes after the read)
+    except KubeForbidden:
         return False
+    except KubeNotFound as error:  # nothing there to try it on: the read comes before admission
+        return error.message
     except KubeAPIError:  # e.g. AlreadyExists: the write got past admission
         pass
     return True
@@ -261,16 +289,47 @@ async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
     return policy_gaps(policies, bindings)
 
 
+# Tenant namespaces looked at for one holding its RoleBinding (a tenant can
+# delete its own; the others keep theirs).
+_SAMPLE = 20
+
+
+async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str], str | None]:
+    """Tenant namespaces to aim the probes at (sampled), and the first that
+    holds its RoleBinding of `cluster_role`. Active ones: the policy lets a
+    namespace being deleted finish; not suspended: the suspension policy
+    would refuse the probes for reasons of its own. The RoleBinding probe
+    patches that binding: a missing one answers NotFound before admission
+    runs, and one of another role is refused by RBAC first (no `bind` on
+    it); neither proves the policy."""
+    try:
+        listed = await kube.request(
+            "GET", "/api/v1/namespaces",
+            query={"labelSelector": f"{manifests.WORKSPACE_LABEL},{manifests.SUSPENDED_LABEL}!=true",
+                   "fieldSelector": "status.phase=Active", "limit": str(_SAMPLE)})
+    except KubeForbidden:  # reported as a missing permission
+        return [], None
+    names = [n["metadata"]["name"] for n in listed.get("items") or []]
+    wanted = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role}
+    for name in names:
+        try:
+            binding = await kube.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings/"
+                                     f"{manifests.TENANT_ROLEBINDING}")
+        except (KubeNotFound, KubeForbidden):  # gone, or `get` missing (reported as such)
+            continue
+        if {k: (binding.get("roleRef") or {}).get(k) for k in wanted} == wanted:
+            return names, name
+    return names, None
+
+
 async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
-    # An Active one: the policy lets a namespace that is being deleted finish;
-    # and not suspended, so that its RoleBinding is there to probe.
-    tenants = await kube.request("GET", "/api/v1/namespaces",
-                                 query={"labelSelector": f"{manifests.WORKSPACE_LABEL},{manifests.SUSPENDED_LABEL}!=true",
-                                        "fieldSelector": "status.phase=Active", "limit": "1"})
-    tenant = next((n["metadata"]["name"] for n in tenants.get("items") or []), None)
-    writes = confinement_probes(tenant)
+    sampled, bound = await _probe_target(kube, tenant_cluster_role)
+    tenant = bound or next(iter(sampled), None)
+    writes = confinement_probes(tenant, rolebinding=bound is not None)
+    unproven: tuple[str, ...] = (
+        (rolebinding_unproven(len(sampled), tenant_cluster_role),) if sampled and bound is None else ())
 
     async def allowed(permission: Permission) -> bool:
         answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
@@ -280,5 +339,6 @@ async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> Permi
         asyncio.gather(*(allowed(p) for p in probes)),
         asyncio.gather(*(_admitted(kube, w) for w in writes)),
         _policy_gaps(kube))
-    bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was) + gaps
-    return evaluate(required, dict(zip(probes, answers)), bypasses=bypasses)
+    bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was is True) + gaps
+    unproven += tuple(w.unproven(was) for w, was in zip(writes, admitted) if isinstance(was, str))
+    return evaluate(required, dict(zip(probes, answers)), bypasses=bypasses, unproven=unproven)

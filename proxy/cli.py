@@ -180,8 +180,10 @@ def _self_check(settings: Settings, allow_excess: bool) -> None:
               + "); refusing to start", 1)
     if report.missing:
         _fail("the gateway's Kubernetes credential lacks permissions it needs:\n  " + "\n  ".join(map(str, report.missing)), 1)
-    if report.excessive:
-        text = "the gateway's Kubernetes credential holds forbidden permissions:\n  " + "\n  ".join(map(str, report.excessive))
+    if report.excessive or report.unproven:
+        doubts = [f"excessive: {p}" for p in report.excessive] + [f"unproven: {u}" for u in report.unproven]
+        text = ("the gateway's Kubernetes credential holds forbidden permissions, or could not be shown not to:\n  "
+                + "\n  ".join(doubts))
         if not allow_excess:
             _fail(text + "\nrefusing to start; fix the ClusterRole and admission policies, or pass --allow-excess-permissions", 1)
         log.warning("STARTING WITH EXCESS PERMISSIONS (--allow-excess-permissions): " + text)

@@ -51,17 +51,27 @@ def test_check_refuses_cluster_admin_and_names_the_excess(cluster: LocalCluster,
 def test_check_refuses_the_gateway_role_without_its_admission_policy(
         cluster: LocalCluster, gateway_env: dict[str, str], tmp_path: Path) -> None:
     """The shipped ClusterRole held by an account the confinement policy does
-    not cover: RBAC alone would let it act in kube-system."""
+    not cover: RBAC alone would let it act in kube-system. One tenant has
+    deleted its own RoleBinding, and its namespace is listed first: the
+    RoleBinding probe goes to another tenant's (a NotFound is no proof)."""
     cluster.kubectl_run("create", "namespace", "unconfined", check=False)
-    cluster.kubectl_run("apply", "-f", "-", input=json.dumps(manifests.namespace(f"tenant-{uuid.uuid4()}", "x")))
-    cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
-    cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
-                        "--serviceaccount=unconfined:gateway-copy", check=False)
-    token = cluster.kubectl_run("-n", "unconfined", "create", "token", "gateway-copy").stdout.strip()
-    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
-    kubeconfig["users"][0]["user"] = {"token": token}
-    (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
+    # Names list in order: "tenant-0-" before any tenant-<uuid> but another such.
+    unbound, bound = f"tenant-0-{uuid.uuid4().hex[:8]}", f"tenant-{uuid.uuid4()}"
+    made = [manifests.namespace(unbound, "x"), manifests.namespace(bound, "y"),
+            manifests.role_binding(bound, "y", "tenant-admin")]
+    cluster.kubectl_run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": made}))
+    try:
+        cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
+        cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
+                            "--serviceaccount=unconfined:gateway-copy", check=False)
+        token = cluster.kubectl_run("-n", "unconfined", "create", "token", "gateway-copy").stdout.strip()
+        kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+        kubeconfig["users"][0]["user"] = {"token": token}
+        (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
+        shipped = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("delete", "namespace", unbound, bound, "--wait=false")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert "excessive: writes outside tenant namespaces are admitted: ValidatingAdmissionPolicy tenant-gateway-confined " \
@@ -69,7 +79,11 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
     assert any(line.startswith("excessive: namespaces with ownerReferences can be created") for line in lines)
     # Once a tenant namespace exists, re-parenting it and adding finalizers are proven refused too.
     assert any(line.startswith("excessive: tenant namespaces can be re-parented") for line in lines)
+    # No probe left unmade: the RoleBinding one found tenant `bound`'s binding (for
+    # this account the subjects wall refuses it; the unit tests show the rest).
     assert all(line.startswith("excessive:") and "tenant-gateway-confined" in line for line in lines), lines
+    # The shipped credential, on the same cluster: proven confined, no probe left unmade.
+    assert (shipped.returncode, shipped.stdout.splitlines()[0][:3]) == (0, "ok:"), shipped.stdout
 
 
 def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
