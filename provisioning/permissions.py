@@ -3,9 +3,12 @@ and do the admission policies that hold the walls stand?
 
 Each probe is a SelfSubjectAccessReview, which asks the real authorizer
 (RBAC, webhooks, whatever the cluster runs), so the answer is the cluster's,
-not our reading of Role objects. `REQUIRED` mirrors deploy/kubernetes's
-ClusterRole `tenant-gateway`; `FORBIDDEN` is what a compromised gateway must
-not be able to do. The comparisons are pure; only `probe_permissions` does I/O.
+not our reading of Role objects. `required_permissions` is exactly
+deploy/kubernetes's ClusterRole `tenant-gateway`; `FORBIDDEN` is what a
+compromised gateway must not be able to do. Beyond those fixed questions,
+SelfSubjectRulesReviews (in kube-system and a tenant namespace) list what
+RBAC grants; every grant neither required nor held by every authenticated
+user is excessive. The comparisons are pure; only `probe_permissions` does I/O.
 
 RBAC cannot keep the gateway's cluster-wide grants out of kube-system, nor
 stop it handing a tenant namespace to the garbage collector through
@@ -43,13 +46,24 @@ class Permission:
     name: str = ""
     namespace: str = ""
 
-    def __str__(self) -> str:
+    @property
+    def action(self) -> str:
+        """What it allows, wherever: `get pods/exec`, `bind clusterroles.rbac.authorization.k8s.io named x`."""
         what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
         if self.group:
             what = f"{what}.{self.group}"
         where = f" named {self.name}" if self.name else ""
+        return f"{self.verb} {what}{where}"
+
+    def covers(self, other: "Permission") -> bool:
+        """This grant (held without a name: every name) allows `other`, in any namespace."""
+        return ((self.verb, self.resource, self.group, self.subresource)
+                == (other.verb, other.resource, other.group, other.subresource)
+                and self.name in ("", other.name))
+
+    def __str__(self) -> str:
         scope = f" in namespace {self.namespace}" if self.namespace else " cluster-wide"
-        return f"{self.verb} {what}{where}{scope}"
+        return f"{self.action}{scope}"
 
     def review(self) -> dict[str, object]:
         attributes = {"verb": self.verb, "resource": self.resource, "group": self.group}
@@ -99,24 +113,94 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     return tuple(needed)
 
 
+_RBAC = "rbac.authorization.k8s.io"
+_ADMISSION = "admissionregistration.k8s.io"
+
+
+def _verbs(verbs: str, resource: str, group: str = "", **where: str) -> tuple[Permission, ...]:
+    return tuple(Permission(verb, resource, group, **where) for verb in verbs.split())
+
+
+# What a compromised gateway must not be able to do, asked of the real
+# authorizer (webhooks included) one by one. Cluster-wide reviews see only
+# ClusterRoleBindings; the rules reviews below see RoleBindings too.
 FORBIDDEN: tuple[Permission, ...] = (
     Permission("*", "*", "*"),
-    Permission("get", "secrets"),
-    Permission("list", "secrets"),
-    Permission("get", "secrets", namespace="kube-system"),
-    Permission("get", "pods"),
-    Permission("list", "pods"),
-    Permission("create", "pods", subresource="exec"),
-    Permission("get", "deployments", "apps"),
-    Permission("list", "deployments", "apps"),
-    Permission("impersonate", "users"),
-    Permission("impersonate", "groups"),
-    Permission("impersonate", "serviceaccounts"),
-    Permission("escalate", "clusterroles", "rbac.authorization.k8s.io"),
-    Permission("bind", "clusterroles", "rbac.authorization.k8s.io", name="cluster-admin"),
-    Permission("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
-    Permission("delete", "namespaces"),
+    # Secrets hold tokens and passwords; a created service-account-token
+    # Secret is filled with a token for any account named in it.
+    *_verbs("get list watch create", "secrets"),
+    *_verbs("get list watch", "secrets", namespace="kube-system"),
+    # A pod runs as any ServiceAccount of its namespace and can mount the
+    # node; exec/attach/portforward are `create` (and `get` over WebSockets).
+    *_verbs("get list watch create", "pods"),
+    *(Permission(verb, "pods", subresource=sub) for sub in ("exec", "attach", "portforward") for verb in ("create", "get")),
+    Permission("patch", "pods", subresource="ephemeralcontainers"),
+    Permission("get", "pods", subresource="log"),
+    *_verbs("get list watch create patch", "deployments", "apps"),
+    # Whatever makes pods makes them with any account of its namespace.
+    *(Permission("create", resource, group) for resource, group in (
+        ("daemonsets", "apps"), ("statefulsets", "apps"), ("replicasets", "apps"), ("jobs", "batch"),
+        ("cronjobs", "batch"), ("replicationcontrollers", ""))),
+    Permission("get", "nodes", subresource="proxy"), Permission("create", "nodes", subresource="proxy"),
+    *(Permission("impersonate", resource) for resource in ("users", "groups", "serviceaccounts")),
+    Permission("impersonate", "uids", "authentication.k8s.io"),
+    # RBAC: grant what it does not hold. Bind is held for tenant-admin only.
+    Permission("escalate", "clusterroles", _RBAC), Permission("escalate", "roles", _RBAC),
+    Permission("bind", "clusterroles", _RBAC), Permission("bind", "roles", _RBAC),
+    *(Permission("bind", "clusterroles", _RBAC, name=role) for role in ("cluster-admin", "admin", "edit", "view")),
+    *_verbs("create update patch", "clusterroles", _RBAC),
+    *_verbs("create update patch", "clusterrolebindings", _RBAC),
+    *_verbs("delete deletecollection", "namespaces"),
+    # The walls themselves: a credential that can change admission can lift them.
+    *(Permission(verb, resource, _ADMISSION) for resource in (
+        "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+        "validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+      for verb in ("create", "update", "patch", "delete")),
+    Permission("update", "certificatesigningrequests", "certificates.k8s.io", subresource="approval"),
 )
+
+# Held by every authenticated user through Kubernetes' bootstrap roles
+# (system:basic-user, system:discovery, system:public-info-viewer,
+# system:service-account-issuer-discovery), the gateway included; `check`
+# itself needs the first two. Not excessive when a rules review shows them.
+EVERYONE_HOLDS: tuple[Permission, ...] = (
+    Permission("create", "selfsubjectaccessreviews", "authorization.k8s.io"),
+    Permission("create", "selfsubjectrulesreviews", "authorization.k8s.io"),
+    Permission("create", "selfsubjectreviews", "authentication.k8s.io"),
+)
+EVERYONE_READS: frozenset[str] = frozenset({
+    "/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/healthz", "/livez", "/readyz", "/version",
+    "/version/", "/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks",
+    "/openid/v1/jwks/"})
+BEYOND_NEEDS = "not a permission the gateway needs"
+
+
+def rules_beyond(reviews: Mapping[str, Mapping[str, Any]], needed: tuple[Permission, ...],
+                 named: tuple[Permission, ...] = ()) -> tuple[str, ...]:
+    """Every grant the SelfSubjectRulesReviews (status, by namespace) show
+    that neither `needed` nor `EVERYONE_HOLDS` covers: one line each, saying
+    where it was seen. `named`: forbidden permissions already reported, not
+    repeated. A review an authorizer could not complete (`incomplete`, e.g.
+    a webhook) shows what RBAC grants; the access reviews ask the rest."""
+    allowed = needed + EVERYONE_HOLDS
+    seen: dict[str, list[str]] = {}
+    reads: dict[str, None] = {}
+    for namespace, status in reviews.items():
+        for rule in status.get("resourceRules") or []:
+            for grant in rule_grants(rule, namespace):
+                if any(p.covers(grant) for p in allowed) or any(p.action == grant.action for p in named):
+                    continue
+                where = seen.setdefault(grant.action, [])
+                if namespace not in where:
+                    where.append(namespace)
+        for rule in status.get("nonResourceRules") or []:
+            for verb in rule.get("verbs") or []:
+                for url in rule.get("nonResourceURLs") or []:
+                    if verb != "get" or url not in EVERYONE_READS:
+                        reads[f"{verb} non-resource URL {url}"] = None
+    return (tuple(f"{action} in namespace{'s' if len(where) > 1 else ''} {', '.join(where)}: {BEYOND_NEEDS}"
+                  for action, where in seen.items())
+            + tuple(f"{read}: {BEYOND_NEEDS}" for read in reads))
 
 
 _POLICY_FILE = "deploy/kubernetes/admission.yaml"
@@ -255,12 +339,16 @@ class PermissionReport:
 
 
 def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *,
+             reviews: Mapping[str, Mapping[str, Any]] | None = None,
              bypasses: tuple[str, ...] = (), unproven: tuple[str, ...] = ()) -> PermissionReport:
-    """`bypasses`: admitted confinement probes and policy gaps, reported as
-    excessive: each lets the credential or a tenant do what it must not."""
+    """`reviews`: SelfSubjectRulesReview statuses by namespace, whose grants
+    beyond `required` are excessive. `bypasses`: admitted confinement probes
+    and policy gaps, reported as excessive: each lets the credential or a
+    tenant do what it must not."""
+    forbidden = tuple(p for p in FORBIDDEN if allowed[p])
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
-        excessive=tuple(p for p in FORBIDDEN if allowed[p]) + bypasses,
+        excessive=forbidden + rules_beyond(reviews or {}, required, forbidden) + bypasses,
         unproven=unproven,
     )
 
@@ -292,6 +380,7 @@ async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
 # Tenant namespaces looked at for one holding its RoleBinding (a tenant can
 # delete its own; the others keep theirs).
 _SAMPLE = 20
+_CONCURRENCY = 8
 
 
 async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str], str | None]:
@@ -331,14 +420,35 @@ async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> Permi
     unproven: tuple[str, ...] = (
         (rolebinding_unproven(len(sampled), tenant_cluster_role),) if sampled and bound is None else ())
 
+    # Where RoleBindings could add to the ClusterRole: kube-system, and the
+    # tenant namespace probed.
+    namespaces = ("kube-system", *((tenant,) if tenant else ()))
+    # Some hundred reviews: a few at a time, well inside the API server's
+    # share for the gateway (a 429 would stop the start).
+    limit = asyncio.Semaphore(_CONCURRENCY)
+
     async def allowed(permission: Permission) -> bool:
-        answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
+        async with limit:
+            answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
         return bool((answer.get("status") or {}).get("allowed"))
 
-    answers, admitted, gaps = await asyncio.gather(
+    async def rules(namespace: str) -> dict[str, Any]:
+        async with limit:
+            answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                                       {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                                        "spec": {"namespace": namespace}})
+        return dict(answer.get("status") or {})
+
+    async def outcome(write: WriteProbe) -> bool | str:
+        async with limit:
+            return await _admitted(kube, write)
+
+    answers, admitted, gaps, reviews = await asyncio.gather(
         asyncio.gather(*(allowed(p) for p in probes)),
-        asyncio.gather(*(_admitted(kube, w) for w in writes)),
-        _policy_gaps(kube))
+        asyncio.gather(*(outcome(w) for w in writes)),
+        _policy_gaps(kube),
+        asyncio.gather(*(rules(n) for n in namespaces)))
     bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was is True) + gaps
     unproven += tuple(w.unproven(was) for w, was in zip(writes, admitted) if isinstance(was, str))
-    return evaluate(required, dict(zip(probes, answers)), bypasses=bypasses, unproven=unproven)
+    return evaluate(required, dict(zip(probes, answers)), reviews=dict(zip(namespaces, reviews)),
+                    bypasses=bypasses, unproven=unproven)

@@ -48,6 +48,59 @@ def test_check_refuses_cluster_admin_and_names_the_excess(cluster: LocalCluster,
     assert "tenant-gateway-confined" in result.stdout  # system:masters is not the gateway's account
 
 
+_LOOSENED = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: tenant-gateway-loosened}
+rules:
+- {apiGroups: [""], resources: [secrets], verbs: [watch]}
+- {apiGroups: [""], resources: [pods, pods/exec], verbs: [create, get]}
+- {apiGroups: [""], resources: [configmaps], verbs: [list]}
+- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [admin, edit]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: tenant-gateway-loosened}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: tenant-gateway-loosened}
+subjects: [{kind: ServiceAccount, name: tenant-gateway, namespace: tenant-gateway-system}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: tenant-gateway-loosened, namespace: kube-system}
+rules: [{apiGroups: [""], resources: [limitranges], verbs: [list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: tenant-gateway-loosened, namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-gateway-loosened}
+subjects: [{kind: ServiceAccount, name: tenant-gateway, namespace: tenant-gateway-system}]
+"""
+
+
+def test_check_names_every_grant_an_operator_added(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    """Grants beside the shipped ClusterRole, cluster-wide and by a RoleBinding
+    in kube-system: forbidden verbs the old fixed probes never asked about,
+    and reads the gateway does not need."""
+    cluster.kubectl_run("apply", "-f", "-", input=_LOOSENED)
+    try:
+        result = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("delete", "-f", "-", input=_LOOSENED)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for named in ("excessive: watch secrets cluster-wide", "excessive: create pods cluster-wide",
+                  "excessive: get pods/exec cluster-wide", "excessive: create pods/exec cluster-wide",
+                  "excessive: bind clusterroles.rbac.authorization.k8s.io named admin cluster-wide",
+                  "excessive: bind clusterroles.rbac.authorization.k8s.io named edit cluster-wide",
+                  "excessive: list limitranges in namespace kube-system: not a permission the gateway needs"):
+        assert named in lines, (named, lines)
+    assert any(line.startswith("excessive: list configmaps in namespace") and "kube-system" in line
+               for line in lines), lines
+    assert all(line.startswith("excessive: ") for line in lines), lines
+    restored = run(gateway_env, "check")
+    assert restored.returncode == 0, restored.stdout
+
+
 def test_check_refuses_the_gateway_role_without_its_admission_policy(
         cluster: LocalCluster, gateway_env: dict[str, str], tmp_path: Path) -> None:
     """The shipped ClusterRole held by an account the confinement policy does

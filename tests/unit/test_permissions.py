@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes, evaluate,
-                                      policy_gaps, required_permissions, rule_grants)
+from provisioning.permissions import (EVERYONE_READS, FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes,
+                                      evaluate, policy_gaps, required_permissions, rule_grants, rules_beyond)
 
 CLUSTERROLES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "clusterroles.yaml"
 
@@ -80,3 +80,79 @@ def test_rule_grants_spell_out_a_policy_rule() -> None:
     assert [str(p) for p in rule_grants(rule, "ns")] == [
         "get pods/exec named a in namespace ns", "get * named a in namespace ns",
         "get pods/exec.apps named a in namespace ns", "get *.apps named a in namespace ns"]
+
+
+def shipped_review() -> dict[str, Any]:
+    """A SelfSubjectRulesReview's status for the shipped credential, as the
+    local cluster (Kubernetes 1.34) answers it: the ClusterRole, and what
+    the bootstrap roles grant every authenticated user."""
+    role = next(d for d in yaml.safe_load_all(CLUSTERROLES.read_text()) if d["metadata"]["name"] == "tenant-gateway")
+    everyone = [{"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                 "verbs": ["create"]},
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]}]
+    return {"incomplete": False, "resourceRules": everyone + role["rules"],
+            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": sorted(EVERYONE_READS)}]}
+
+
+def test_the_shipped_credential_holds_nothing_beyond_its_needs() -> None:
+    required = required_permissions("tenant-admin")
+    assert rules_beyond({"kube-system": shipped_review(), "tenant-x": shipped_review()}, required) == ()
+
+
+def test_every_grant_beyond_the_needs_is_named_once_with_where_it_was_seen() -> None:
+    """What an operator might add: each is excessive, even where no fixed
+    probe would ask about it."""
+    required = required_permissions("tenant-admin")
+    loosened, local = shipped_review(), shipped_review()
+    loosened["resourceRules"] += [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["watch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+         "resourceNames": ["admin", "tenant-admin"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["list"]},
+    ]
+    loosened["nonResourceRules"] += [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]
+    local["resourceRules"] += [{"apiGroups": [""], "resources": ["pods", "pods/exec"], "verbs": ["create"]},
+                               {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]
+    assert rules_beyond({"kube-system": loosened, "tenant-x": local}, required) == (
+        "watch secrets in namespace kube-system: not a permission the gateway needs",
+        "list configmaps in namespaces kube-system, tenant-x: not a permission the gateway needs",
+        "bind clusterroles.rbac.authorization.k8s.io named admin in namespace kube-system: "
+        "not a permission the gateway needs",
+        "list serviceaccounts in namespace kube-system: not a permission the gateway needs",
+        "create pods in namespace tenant-x: not a permission the gateway needs",
+        "create pods/exec in namespace tenant-x: not a permission the gateway needs",
+        "get non-resource URL /metrics: not a permission the gateway needs",
+    )
+    # Already named by a forbidden access review: not twice.
+    assert not any(line.startswith("watch secrets") for line in
+                   rules_beyond({"kube-system": loosened}, required, (Permission("watch", "secrets"),)))
+
+
+def test_wildcards_are_beyond_any_need() -> None:
+    admin = {"resourceRules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+             "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}
+    assert rules_beyond({"kube-system": admin}, required_permissions("tenant-admin")) == (
+        "* *.* in namespace kube-system: not a permission the gateway needs",
+        "* non-resource URL *: not a permission the gateway needs")
+    # Through evaluate, the forbidden `*` access review names it, once.
+    required = required_permissions("tenant-admin")
+    report = evaluate(required, {p: True for p in required + FORBIDDEN}, reviews={"kube-system": admin})
+    assert [str(p) for p in report.excessive].count("* *.* cluster-wide") == 1
+    assert not any(str(p).startswith("* *.* in namespace") for p in report.excessive)
+
+
+def test_the_forbidden_probes_ask_each_verb_that_matters() -> None:
+    """A fixed short list let `watch` secrets, `bind` admin, `create` pods and
+    `get` pods/exec through."""
+    asked = {str(p) for p in FORBIDDEN}
+    for line in ("watch secrets cluster-wide", "create secrets cluster-wide", "create pods cluster-wide",
+                 "get pods/exec cluster-wide", "create pods/attach cluster-wide", "create pods/portforward cluster-wide",
+                 "bind clusterroles.rbac.authorization.k8s.io named admin cluster-wide",
+                 "bind clusterroles.rbac.authorization.k8s.io named edit cluster-wide",
+                 "bind clusterroles.rbac.authorization.k8s.io cluster-wide", "escalate roles.rbac.authorization.k8s.io cluster-wide",
+                 "impersonate serviceaccounts cluster-wide", "impersonate uids.authentication.k8s.io cluster-wide",
+                 "delete validatingadmissionpolicybindings.admissionregistration.k8s.io cluster-wide"):
+        assert line in asked, line
+    required = set(required_permissions("tenant-admin"))
+    assert not required & set(FORBIDDEN)

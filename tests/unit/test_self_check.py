@@ -15,6 +15,7 @@ from provisioning.kube.errors import from_status
 from provisioning.permissions import (POLICIES, Permission, PermissionReport, probe_permissions, required_permissions,
                                       rolebinding_unproven)
 from proxy import cli
+from tests.unit.test_permissions import shipped_review
 from proxy.settings import Settings
 
 Handler = Callable[[str, str, Any, dict[str, str]], Awaitable[dict[str, Any]]]
@@ -95,6 +96,7 @@ class Cluster:
         self.namespaces, self.bindings, self.confined = namespaces, bindings, confined
         self.required = set(required_permissions("tenant-admin"))
         self.patched: list[str] = []
+        self.reviewed: list[str] = []
 
     async def __call__(self, method: str, path: str, body: Any, query: dict[str, str]) -> dict[str, Any]:
         rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/"
@@ -103,6 +105,9 @@ class Cluster:
             asked = Permission(a["verb"], a["resource"], a["group"], a.get("subresource", ""), a.get("name", ""),
                                a.get("namespace", ""))
             return {"status": {"allowed": asked in self.required}}
+        if path.endswith("/selfsubjectrulesreviews"):
+            self.reviewed.append(body["spec"]["namespace"])
+            return {"status": shipped_review()}
         if path.startswith("/apis/admissionregistration.k8s.io/"):
             kind = "policies" if path.endswith("policies") else "bindings"
             return {"items": [shipped[0 if kind == "policies" else 1] for shipped in _SHIPPED]}
@@ -149,6 +154,7 @@ async def test_the_rolebinding_probe_aims_at_a_namespace_that_holds_the_binding(
     assert (await _report(cluster)).lines() == [
         "ok: the gateway's credential holds every permission it needs and nothing forbidden"]
     assert cluster.patched == [_BINDING.format("tenant-b")]
+    assert sorted(cluster.reviewed) == ["kube-system", "tenant-b"]  # where RoleBindings could add rules
     cluster.confined = False
     assert "excessive: tenant RoleBindings can be changed (opened to everyone): ValidatingAdmissionPolicy " \
            "tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in force for this credential" \
