@@ -22,17 +22,24 @@ never subject to, so no dry run of its own can prove them. `check` reads them
 instead: every policy in `POLICIES` must be installed, fail closed, and be
 bound with `Deny` to exactly the namespaces it guards. A missing policy, a
 binding in `Warn`/`Audit` only or one narrowed to fewer namespaces is a
-bypass, and refused like an excessive permission. (The expressions themselves
-are the shipped file's; `check` does not re-derive them.)
+bypass, and refused like an excessive permission. Each installed policy's
+spec must also be the shipped one (admission.yaml, shipped in this package as
+provisioning/admission.yaml and read at every check): a policy narrowed by an
+excludeResourceRules, a matchCondition or an edited expression is a bypass too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import importlib.resources
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import yaml
+
 from provisioning import manifests
+from provisioning.errors import GatewayError
 from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeAPIError, KubeForbidden, KubeNotFound
 
@@ -305,19 +312,71 @@ def _binds_fully(binding: Mapping[str, Any], selector: Mapping[str, Any] | None)
             and not spec.get("paramRef"))
 
 
-def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Each shipped policy that is missing, fails open or is not bound in full."""
+def shipped_policies() -> dict[str, dict[str, Any]]:
+    """The ValidatingAdmissionPolicies' specs in admission.yaml as this
+    package ships it, by name; read now, so the file is the reference."""
+    try:
+        text = importlib.resources.files("provisioning").joinpath("admission.yaml").read_text()
+        documents = list(yaml.safe_load_all(text))
+    except (OSError, yaml.YAMLError) as error:
+        raise GatewayError(f"the shipped admission policies ({_POLICY_FILE}) cannot be read: {error}") from None
+    return {d["metadata"]["name"]: dict(d.get("spec") or {}) for d in documents
+            if isinstance(d, dict) and d.get("kind") == "ValidatingAdmissionPolicy"}
+
+
+def _without_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {key: _without_empty(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_without_empty(item) for item in value]
+    return value
+
+
+def _policy_spec(spec: Mapping[str, Any]) -> Any:
+    """A policy spec as the API server stores it: its defaults filled in
+    (as Kubernetes 1.34 fills them), empty values dropped."""
+    filled: dict[str, Any] = copy.deepcopy(dict(spec))
+    filled.setdefault("failurePolicy", "Fail")
+    match = filled.setdefault("matchConstraints", {})
+    match.setdefault("matchPolicy", "Equivalent")
+    for key in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(key) or []:
+            rule.setdefault("scope", "*")
+    return _without_empty(filled)
+
+
+def _differences(shipped: Any, installed: Any, path: str) -> list[str]:
+    if isinstance(shipped, dict) and isinstance(installed, dict):
+        return [found for key in dict.fromkeys([*shipped, *installed])
+                for found in _differences(shipped.get(key), installed.get(key), f"{path}.{key}")]
+    return [] if shipped == installed else [path]
+
+
+def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]],
+                shipped: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[str, ...]:
+    """Each shipped policy that is missing, fails open or is not bound in
+    full; and, given the `shipped` specs, each installed policy that is not
+    the shipped one (a shipped policy `POLICIES` does not know is checked
+    for that alone)."""
     installed = {p["metadata"]["name"]: p for p in policies}
     gaps: list[str] = []
-    for name, selector in POLICIES.items():
+    for name in dict.fromkeys([*POLICIES, *(shipped or {})]):
         where = f"ValidatingAdmissionPolicy {name} ({_POLICY_FILE})"
         policy = installed.get(name)
+        spec = (policy or {}).get("spec") or {}
         if policy is None:
             gaps.append(f"{where} is not installed")
-        elif (policy.get("spec") or {}).get("failurePolicy", "Fail") != "Fail":
+        elif spec.get("failurePolicy", "Fail") != "Fail":
             gaps.append(f"{where} fails open (failurePolicy is not Fail)")
-        elif not any((b.get("spec") or {}).get("policyName") == name and _binds_fully(b, selector) for b in bindings):
+        elif name in POLICIES and not any((b.get("spec") or {}).get("policyName") == name
+                                          and _binds_fully(b, POLICIES[name]) for b in bindings):
             gaps.append(f"{where} has no binding that denies in every namespace it guards")
+        if policy is not None and shipped is not None and name in shipped:
+            changed = _differences(_policy_spec(shipped[name]), _policy_spec(spec), "spec")
+            if changed and changed != ["spec.failurePolicy"]:  # failing open: said above
+                gaps.append(f"{where} is not the shipped one: {', '.join(changed)} differ"
+                            f"{'s' if len(changed) == 1 else ''}")
     return tuple(gaps)
 
 
@@ -374,7 +433,7 @@ async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
         bindings = await kube.list_items(f"{base}/validatingadmissionpolicybindings")
     except KubeForbidden:  # reported as a missing permission
         return ()
-    return policy_gaps(policies, bindings)
+    return policy_gaps(policies, bindings, shipped_policies())
 
 
 # Tenant namespaces looked at for one holding its RoleBinding (a tenant can

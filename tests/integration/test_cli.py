@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,27 @@ def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster,
     assert result.stdout.splitlines() == [
         "excessive: ValidatingAdmissionPolicy tenant-gateway-no-external-names (deploy/kubernetes/admission.yaml) "
         "has no binding that denies in every namespace it guards"]
+
+
+def test_check_refuses_a_tenant_wall_narrowed_in_place(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    """Installed, failing closed, bound with Deny, and yet no longer the
+    shipped policy: ServiceAccounts excluded from the wall that keeps the
+    gateway's name (and token-grade accounts) from tenants."""
+    name = "tenant-gateway-no-gateway-grade-tokens"
+    narrowed = {"spec": {"matchConstraints": {"excludeResourceRules": [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["serviceaccounts"]}]}}}
+    cluster.kubectl_run("patch", "validatingadmissionpolicy", name, "--type=merge", "-p", json.dumps(narrowed))
+    try:
+        result = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("patch", "validatingadmissionpolicy", name, "--type=merge",
+                            "-p", json.dumps({"spec": {"matchConstraints": {"excludeResourceRules": None}}}))
+        cluster._wait_for_tenant_walls(time.monotonic() + 60)  # enforced again before the next test
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        f"excessive: ValidatingAdmissionPolicy {name} (deploy/kubernetes/admission.yaml) is not the shipped one: "
+        "spec.matchConstraints.excludeResourceRules differs"]
+    assert run(gateway_env, "check").returncode == 0
 
 
 def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:

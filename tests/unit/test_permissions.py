@@ -3,15 +3,18 @@ policy gaps `check` names, the confinement probes. Pure."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from provisioning.permissions import (EVERYONE_READS, FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes,
-                                      evaluate, policy_gaps, required_permissions, rule_grants, rules_beyond)
+                                      evaluate, policy_gaps, required_permissions, rule_grants, rules_beyond,
+                                      shipped_policies)
 
 CLUSTERROLES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "clusterroles.yaml"
+ADMISSION = CLUSTERROLES.with_name("admission.yaml")
 
 
 def _installed(name: str, selector: Any, **binding: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -156,3 +159,63 @@ def test_the_forbidden_probes_ask_each_verb_that_matters() -> None:
         assert line in asked, line
     required = set(required_permissions("tenant-admin"))
     assert not required & set(FORBIDDEN)
+
+
+def as_installed(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A shipped policy as the API server (1.34) answers it: its defaults filled in."""
+    spec = copy.deepcopy(spec)
+    match = spec["matchConstraints"]
+    match.update({"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}})
+    for rule in match["resourceRules"]:
+        rule.setdefault("scope", "*")
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_the_package_ships_admission_yaml_itself_and_check_reads_it() -> None:
+    """Read at every check, not copied into code: a change to the file is
+    the reference at once."""
+    import provisioning
+
+    assert (Path(provisioning.__file__).parent / "admission.yaml").read_text() == ADMISSION.read_text()
+    shipped = shipped_policies()
+    assert set(POLICIES) <= set(shipped)
+    assert shipped == {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(ADMISSION.read_text())
+                       if d and d["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def test_a_policy_that_is_not_the_shipped_one_is_a_bypass() -> None:
+    shipped = shipped_policies()
+    policies = [as_installed(name, spec) for name, spec in shipped.items()]
+    bindings = [_installed(name, selector)[1] for name, selector in POLICIES.items()]
+    assert policy_gaps(policies, bindings, shipped) == ()
+    where = "ValidatingAdmissionPolicy {} (deploy/kubernetes/admission.yaml) is not the shipped one: "
+
+    def changed(name: str, change: Any) -> tuple[str, ...]:
+        edited = [copy.deepcopy(p) for p in policies]
+        change(next(p["spec"] for p in edited if p["metadata"]["name"] == name))
+        return policy_gaps(edited, bindings, shipped)
+
+    tokens = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["serviceaccounts/token"]}
+    assert changed("tenant-gateway-confined", lambda spec: spec["matchConstraints"].update(
+        excludeResourceRules=[tokens])) == (
+        where.format("tenant-gateway-confined") + "spec.matchConstraints.excludeResourceRules differs",)
+    assert changed("tenant-gateway-no-gateway-grade-tokens", lambda spec: spec["matchConstraints"].update(
+        objectSelector={"matchLabels": {"checked": "yes"}})) == (
+        where.format("tenant-gateway-no-gateway-grade-tokens") + "spec.matchConstraints.objectSelector differs",)
+    assert changed("tenant-gateway-no-external-ips", lambda spec: spec.update(
+        matchConditions=[{"name": "not-mine", "expression": "false"}])) == (
+        where.format("tenant-gateway-no-external-ips") + "spec.matchConditions differs",)
+    assert changed("tenant-gateway-no-external-names", lambda spec: spec["validations"][0].update(
+        expression="true")) == (where.format("tenant-gateway-no-external-names") + "spec.validations differs",)
+    # Failing open is said once, as before.
+    assert changed("tenant-gateway-suspended", lambda spec: spec.update(failurePolicy="Ignore")) == (
+        "ValidatingAdmissionPolicy tenant-gateway-suspended (deploy/kubernetes/admission.yaml) fails open "
+        "(failurePolicy is not Fail)",)
+
+
+def test_a_shipped_policy_check_does_not_know_by_name_must_be_installed_as_shipped() -> None:
+    shipped = {**shipped_policies(), "tenant-gateway-new-wall": {"matchConstraints": {"resourceRules": []}}}
+    policies = [as_installed(name, spec) for name, spec in shipped_policies().items()]
+    bindings = [_installed(name, selector)[1] for name, selector in POLICIES.items()]
+    assert policy_gaps(policies, bindings, shipped) == (
+        "ValidatingAdmissionPolicy tenant-gateway-new-wall (deploy/kubernetes/admission.yaml) is not installed",)

@@ -13,9 +13,9 @@ import pytest
 from provisioning.errors import GatewayError
 from provisioning.kube.errors import from_status
 from provisioning.permissions import (POLICIES, Permission, PermissionReport, probe_permissions, required_permissions,
-                                      rolebinding_unproven)
+                                      rolebinding_unproven, shipped_policies)
 from proxy import cli
-from tests.unit.test_permissions import shipped_review
+from tests.unit.test_permissions import as_installed, shipped_review
 from proxy.settings import Settings
 
 Handler = Callable[[str, str, Any, dict[str, str]], Awaitable[dict[str, Any]]]
@@ -131,9 +131,10 @@ class Cluster:
 
 def _shipped_policy_set() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     out = []
+    shipped = shipped_policies()
     for name, selector in POLICIES.items():
         match = {"namespaceSelector": selector} if selector is not None else {}
-        out.append(({"metadata": {"name": name}, "spec": {"failurePolicy": "Fail"}},
+        out.append((as_installed(name, shipped[name]),
                     {"metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"],
                                                           "matchResources": match}}))
     return out
