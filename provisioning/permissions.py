@@ -3,32 +3,43 @@ and do the admission policies that hold the walls stand?
 
 Each probe is a SelfSubjectAccessReview, which asks the real authorizer
 (RBAC, webhooks, whatever the cluster runs), so the answer is the cluster's,
-not our reading of Role objects. `REQUIRED` mirrors deploy/kubernetes's
-ClusterRole `tenant-gateway`; `FORBIDDEN` is what a compromised gateway must
-not be able to do. The comparisons are pure; only `probe_permissions` does I/O.
+not our reading of Role objects. `required_permissions` is exactly
+deploy/kubernetes's ClusterRole `tenant-gateway`; `FORBIDDEN` is what a
+compromised gateway must not be able to do. Beyond those fixed questions,
+SelfSubjectRulesReviews (in kube-system and a tenant namespace) list what
+RBAC grants; every grant neither required nor held by every authenticated
+user is excessive. The comparisons are pure; only `probe_permissions` does I/O.
 
 RBAC cannot keep the gateway's cluster-wide grants out of kube-system, nor
 stop it handing a tenant namespace to the garbage collector through
 ownerReferences or finalizers; the admission policy `tenant-gateway-confined`
 does. Dry-run writes show whether it is in force for this credential:
-admission runs for dry runs, nothing is stored.
+admission runs for dry runs, nothing is stored. A dry run answered NotFound
+never reached admission: it proves nothing, and is reported `unproven`.
 
 The walls between tenants are admission policies the gateway's credential is
 never subject to, so no dry run of its own can prove them. `check` reads them
 instead: every policy in `POLICIES` must be installed, fail closed, and be
 bound with `Deny` to exactly the namespaces it guards. A missing policy, a
 binding in `Warn`/`Audit` only or one narrowed to fewer namespaces is a
-bypass, and refused like an excessive permission. (The expressions themselves
-are the shipped file's; `check` does not re-derive them.)
+bypass, and refused like an excessive permission. Each installed policy's
+spec must also be the shipped one (admission.yaml, shipped in this package as
+provisioning/admission.yaml and read at every check): a policy narrowed by an
+excludeResourceRules, a matchCondition or an edited expression is a bypass too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import importlib.resources
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+import yaml
+
 from provisioning import manifests
+from provisioning.errors import GatewayError
 from provisioning.kube.client import KubeClient
 from provisioning.kube.errors import KubeAPIError, KubeForbidden, KubeNotFound
 
@@ -42,13 +53,24 @@ class Permission:
     name: str = ""
     namespace: str = ""
 
-    def __str__(self) -> str:
+    @property
+    def action(self) -> str:
+        """What it allows, wherever: `get pods/exec`, `bind clusterroles.rbac.authorization.k8s.io named x`."""
         what = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
         if self.group:
             what = f"{what}.{self.group}"
         where = f" named {self.name}" if self.name else ""
+        return f"{self.verb} {what}{where}"
+
+    def covers(self, other: "Permission") -> bool:
+        """This grant (held without a name: every name) allows `other`, in any namespace."""
+        return ((self.verb, self.resource, self.group, self.subresource)
+                == (other.verb, other.resource, other.group, other.subresource)
+                and self.name in ("", other.name))
+
+    def __str__(self) -> str:
         scope = f" in namespace {self.namespace}" if self.namespace else " cluster-wide"
-        return f"{self.verb} {what}{where}{scope}"
+        return f"{self.action}{scope}"
 
     def review(self) -> dict[str, object]:
         attributes = {"verb": self.verb, "resource": self.resource, "group": self.group}
@@ -62,15 +84,35 @@ class Permission:
         }
 
 
+def rule_grants(rule: Mapping[str, Any], namespace: str = "") -> tuple[Permission, ...]:
+    """Each (verb, resource, name) an RBAC PolicyRule grants, as a ClusterRole
+    or a SelfSubjectRulesReview spells it ("*" stays "*")."""
+    return tuple(Permission(verb, base, group, sub, name, namespace)
+                 for group in rule.get("apiGroups") or []
+                 for base, _, sub in (resource.partition("/") for resource in rule.get("resources") or [])
+                 for verb in rule.get("verbs") or []
+                 for name in rule.get("resourceNames") or [""])
+
+
 def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
+    """Every request the code makes with the gateway's credential, and
+    nothing more (the ClusterRole `tenant-gateway` grants exactly these).
+    `create` is onboarding's (onboarding.converge_object, and resume and
+    reconcile through it); `get` is its adoption of an object an earlier
+    attempt made (the same function, on AlreadyExists)."""
     rbac = "rbac.authorization.k8s.io"
-    needed = [Permission(v, r) for r in ("namespaces", "resourcequotas", "limitranges") for v in ("create", "get", "list")]
-    needed += [Permission("patch", "namespaces")]  # the suspension label
-    needed += [Permission("patch", "resourcequotas")]  # quota follows the tier (resume, reconcile)
-    # patch (serviceaccounts, rolebindings): suspension lets go of one a finalizer holds.
-    needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "list", "delete", "patch")]
-    needed += [Permission("create", "serviceaccounts", subresource="token")]
-    needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get", "list")]
+    # list (namespaces): check's own search for a tenant namespace to probe;
+    # patch: the suspension label (suspension.suspend / resume).
+    needed = [Permission(v, "namespaces") for v in ("create", "get", "list", "patch")]
+    # patch: the quota follows its tier (resume, reconcile: quota_convergence).
+    needed += [Permission(v, "resourcequotas") for v in ("create", "get", "patch")]
+    needed += [Permission(v, "limitranges") for v in ("create", "get")]
+    # delete, patch (serviceaccounts, rolebindings): suspension deletes them
+    # and lets go of one a finalizer holds (suspension._delete_now); list
+    # (rolebindings): suspension deletes every binding in the namespace.
+    needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "delete", "patch")]
+    needed += [Permission("create", "serviceaccounts", subresource="token")]  # kube.tokens.request_token
+    needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get")]
     needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete", "patch")]
     needed += [Permission("bind", "clusterroles", rbac, name=tenant_cluster_role)]
     needed += [Permission("list", r, "admissionregistration.k8s.io")  # check reads the tenant policies
@@ -78,24 +120,94 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     return tuple(needed)
 
 
+_RBAC = "rbac.authorization.k8s.io"
+_ADMISSION = "admissionregistration.k8s.io"
+
+
+def _verbs(verbs: str, resource: str, group: str = "", **where: str) -> tuple[Permission, ...]:
+    return tuple(Permission(verb, resource, group, **where) for verb in verbs.split())
+
+
+# What a compromised gateway must not be able to do, asked of the real
+# authorizer (webhooks included) one by one. Cluster-wide reviews see only
+# ClusterRoleBindings; the rules reviews below see RoleBindings too.
 FORBIDDEN: tuple[Permission, ...] = (
     Permission("*", "*", "*"),
-    Permission("get", "secrets"),
-    Permission("list", "secrets"),
-    Permission("get", "secrets", namespace="kube-system"),
-    Permission("get", "pods"),
-    Permission("list", "pods"),
-    Permission("create", "pods", subresource="exec"),
-    Permission("get", "deployments", "apps"),
-    Permission("list", "deployments", "apps"),
-    Permission("impersonate", "users"),
-    Permission("impersonate", "groups"),
-    Permission("impersonate", "serviceaccounts"),
-    Permission("escalate", "clusterroles", "rbac.authorization.k8s.io"),
-    Permission("bind", "clusterroles", "rbac.authorization.k8s.io", name="cluster-admin"),
-    Permission("create", "clusterrolebindings", "rbac.authorization.k8s.io"),
-    Permission("delete", "namespaces"),
+    # Secrets hold tokens and passwords; a created service-account-token
+    # Secret is filled with a token for any account named in it.
+    *_verbs("get list watch create", "secrets"),
+    *_verbs("get list watch", "secrets", namespace="kube-system"),
+    # A pod runs as any ServiceAccount of its namespace and can mount the
+    # node; exec/attach/portforward are `create` (and `get` over WebSockets).
+    *_verbs("get list watch create", "pods"),
+    *(Permission(verb, "pods", subresource=sub) for sub in ("exec", "attach", "portforward") for verb in ("create", "get")),
+    Permission("patch", "pods", subresource="ephemeralcontainers"),
+    Permission("get", "pods", subresource="log"),
+    *_verbs("get list watch create patch", "deployments", "apps"),
+    # Whatever makes pods makes them with any account of its namespace.
+    *(Permission("create", resource, group) for resource, group in (
+        ("daemonsets", "apps"), ("statefulsets", "apps"), ("replicasets", "apps"), ("jobs", "batch"),
+        ("cronjobs", "batch"), ("replicationcontrollers", ""))),
+    Permission("get", "nodes", subresource="proxy"), Permission("create", "nodes", subresource="proxy"),
+    *(Permission("impersonate", resource) for resource in ("users", "groups", "serviceaccounts")),
+    Permission("impersonate", "uids", "authentication.k8s.io"),
+    # RBAC: grant what it does not hold. Bind is held for tenant-admin only.
+    Permission("escalate", "clusterroles", _RBAC), Permission("escalate", "roles", _RBAC),
+    Permission("bind", "clusterroles", _RBAC), Permission("bind", "roles", _RBAC),
+    *(Permission("bind", "clusterroles", _RBAC, name=role) for role in ("cluster-admin", "admin", "edit", "view")),
+    *_verbs("create update patch", "clusterroles", _RBAC),
+    *_verbs("create update patch", "clusterrolebindings", _RBAC),
+    *_verbs("delete deletecollection", "namespaces"),
+    # The walls themselves: a credential that can change admission can lift them.
+    *(Permission(verb, resource, _ADMISSION) for resource in (
+        "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+        "validatingwebhookconfigurations", "mutatingwebhookconfigurations")
+      for verb in ("create", "update", "patch", "delete")),
+    Permission("update", "certificatesigningrequests", "certificates.k8s.io", subresource="approval"),
 )
+
+# Held by every authenticated user through Kubernetes' bootstrap roles
+# (system:basic-user, system:discovery, system:public-info-viewer,
+# system:service-account-issuer-discovery), the gateway included; `check`
+# itself needs the first two. Not excessive when a rules review shows them.
+EVERYONE_HOLDS: tuple[Permission, ...] = (
+    Permission("create", "selfsubjectaccessreviews", "authorization.k8s.io"),
+    Permission("create", "selfsubjectrulesreviews", "authorization.k8s.io"),
+    Permission("create", "selfsubjectreviews", "authentication.k8s.io"),
+)
+EVERYONE_READS: frozenset[str] = frozenset({
+    "/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/healthz", "/livez", "/readyz", "/version",
+    "/version/", "/.well-known/openid-configuration", "/.well-known/openid-configuration/", "/openid/v1/jwks",
+    "/openid/v1/jwks/"})
+BEYOND_NEEDS = "not a permission the gateway needs"
+
+
+def rules_beyond(reviews: Mapping[str, Mapping[str, Any]], needed: tuple[Permission, ...],
+                 named: tuple[Permission, ...] = ()) -> tuple[str, ...]:
+    """Every grant the SelfSubjectRulesReviews (status, by namespace) show
+    that neither `needed` nor `EVERYONE_HOLDS` covers: one line each, saying
+    where it was seen. `named`: forbidden permissions already reported, not
+    repeated. A review an authorizer could not complete (`incomplete`, e.g.
+    a webhook) shows what RBAC grants; the access reviews ask the rest."""
+    allowed = needed + EVERYONE_HOLDS
+    seen: dict[str, list[str]] = {}
+    reads: dict[str, None] = {}
+    for namespace, status in reviews.items():
+        for rule in status.get("resourceRules") or []:
+            for grant in rule_grants(rule, namespace):
+                if any(p.covers(grant) for p in allowed) or any(p.action == grant.action for p in named):
+                    continue
+                where = seen.setdefault(grant.action, [])
+                if namespace not in where:
+                    where.append(namespace)
+        for rule in status.get("nonResourceRules") or []:
+            for verb in rule.get("verbs") or []:
+                for url in rule.get("nonResourceURLs") or []:
+                    if verb != "get" or url not in EVERYONE_READS:
+                        reads[f"{verb} non-resource URL {url}"] = None
+    return (tuple(f"{action} in namespace{'s' if len(where) > 1 else ''} {', '.join(where)}: {BEYOND_NEEDS}"
+                  for action, where in seen.items())
+            + tuple(f"{read}: {BEYOND_NEEDS}" for read in reads))
 
 
 _POLICY_FILE = "deploy/kubernetes/admission.yaml"
@@ -113,15 +225,21 @@ class WriteProbe:
     body: dict[str, Any]
     admitted: str
 
+    def unproven(self, why: str) -> str:
+        """The line for a probe that could not be made: admission never ran."""
+        return f"not shown refused, the probe could not be made ({why}): {self.admitted}"
+
 
 _OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "tenant-gateway-probe",
           "uid": "00000000-0000-0000-0000-000000000000"}
 
 
-def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
+def confinement_probes(tenant_namespace: str | None, *, rolebinding: bool = True) -> tuple[WriteProbe, ...]:
     """What a stolen gateway credential would try. The namespace probes need
     a tenant namespace to aim at; before the first onboarding there is none
-    to lose, and creation is probed instead."""
+    to lose, and creation is probed instead. `rolebinding`: the namespace
+    holds the tenant RoleBinding the last probe patches (see
+    `rolebinding_unproven` when none does)."""
     owned_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
     owned_namespace["metadata"]["ownerReferences"] = [_OWNER]
     undeletable_namespace = manifests.namespace("tenant-gateway-confinement-probe", "probe")
@@ -141,14 +259,28 @@ def confinement_probes(tenant_namespace: str | None) -> tuple[WriteProbe, ...]:
                        f"tenant namespaces can be re-parented (ownerReferences): {_CONFINED}"),
             WriteProbe("PATCH", path, {"metadata": {"finalizers": ["tenant-gateway.io/probe"]}},
                        f"tenant namespaces can be given finalizers: {_CONFINED}"),
-            # patch is held to let go of a binding being deleted, nothing more.
-            WriteProbe("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenant_namespace}/rolebindings/"
-                                f"{manifests.TENANT_ROLEBINDING}",
-                       {"subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                                      "name": "system:authenticated"}]},
-                       f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}"),
         ]
+        if rolebinding:
+            probes.append(_rolebinding_probe(tenant_namespace))
     return tuple(probes)
+
+
+def _rolebinding_probe(tenant_namespace: str) -> WriteProbe:
+    # patch is held to let go of a binding being deleted, nothing more.
+    return WriteProbe("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenant_namespace}/rolebindings/"
+                               f"{manifests.TENANT_ROLEBINDING}",
+                      {"subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                                     "name": "system:authenticated"}]},
+                      f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}")
+
+
+def rolebinding_unproven(sampled: int, cluster_role: str) -> str:
+    """Tenant namespaces exist, but none sampled holds the RoleBinding to
+    patch: a missing one answers NotFound before admission runs, which
+    proves nothing (and a tenant can delete its own)."""
+    return _rolebinding_probe("-").unproven(
+        f"none of the {sampled} tenant namespaces sampled holds RoleBinding {manifests.TENANT_ROLEBINDING} "
+        f"of ClusterRole {cluster_role}")
 
 
 # The admission policies in deploy/kubernetes/admission.yaml and the
@@ -181,19 +313,71 @@ def _binds_fully(binding: Mapping[str, Any], selector: Mapping[str, Any] | None)
             and not spec.get("paramRef"))
 
 
-def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Each shipped policy that is missing, fails open or is not bound in full."""
+def shipped_policies() -> dict[str, dict[str, Any]]:
+    """The ValidatingAdmissionPolicies' specs in admission.yaml as this
+    package ships it, by name; read now, so the file is the reference."""
+    try:
+        text = importlib.resources.files("provisioning").joinpath("admission.yaml").read_text()
+        documents = list(yaml.safe_load_all(text))
+    except (OSError, yaml.YAMLError) as error:
+        raise GatewayError(f"the shipped admission policies ({_POLICY_FILE}) cannot be read: {error}") from None
+    return {d["metadata"]["name"]: dict(d.get("spec") or {}) for d in documents
+            if isinstance(d, dict) and d.get("kind") == "ValidatingAdmissionPolicy"}
+
+
+def _without_empty(value: Any) -> Any:
+    if isinstance(value, dict):
+        kept = {key: _without_empty(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_without_empty(item) for item in value]
+    return value
+
+
+def _policy_spec(spec: Mapping[str, Any]) -> Any:
+    """A policy spec as the API server stores it: its defaults filled in
+    (as Kubernetes 1.34 fills them), empty values dropped."""
+    filled: dict[str, Any] = copy.deepcopy(dict(spec))
+    filled.setdefault("failurePolicy", "Fail")
+    match = filled.setdefault("matchConstraints", {})
+    match.setdefault("matchPolicy", "Equivalent")
+    for key in ("resourceRules", "excludeResourceRules"):
+        for rule in match.get(key) or []:
+            rule.setdefault("scope", "*")
+    return _without_empty(filled)
+
+
+def _differences(shipped: Any, installed: Any, path: str) -> list[str]:
+    if isinstance(shipped, dict) and isinstance(installed, dict):
+        return [found for key in dict.fromkeys([*shipped, *installed])
+                for found in _differences(shipped.get(key), installed.get(key), f"{path}.{key}")]
+    return [] if shipped == installed else [path]
+
+
+def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]],
+                shipped: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[str, ...]:
+    """Each shipped policy that is missing, fails open or is not bound in
+    full; and, given the `shipped` specs, each installed policy that is not
+    the shipped one (a shipped policy `POLICIES` does not know is checked
+    for that alone)."""
     installed = {p["metadata"]["name"]: p for p in policies}
     gaps: list[str] = []
-    for name, selector in POLICIES.items():
+    for name in dict.fromkeys([*POLICIES, *(shipped or {})]):
         where = f"ValidatingAdmissionPolicy {name} ({_POLICY_FILE})"
         policy = installed.get(name)
+        spec = (policy or {}).get("spec") or {}
         if policy is None:
             gaps.append(f"{where} is not installed")
-        elif (policy.get("spec") or {}).get("failurePolicy", "Fail") != "Fail":
+        elif spec.get("failurePolicy", "Fail") != "Fail":
             gaps.append(f"{where} fails open (failurePolicy is not Fail)")
-        elif not any((b.get("spec") or {}).get("policyName") == name and _binds_fully(b, selector) for b in bindings):
+        elif name in POLICIES and not any((b.get("spec") or {}).get("policyName") == name
+                                          and _binds_fully(b, POLICIES[name]) for b in bindings):
             gaps.append(f"{where} has no binding that denies in every namespace it guards")
+        if policy is not None and shipped is not None and name in shipped:
+            changed = _differences(_policy_spec(shipped[name]), _policy_spec(spec), "spec")
+            if changed and changed != ["spec.failurePolicy"]:  # failing open: said above
+                gaps.append(f"{where} is not the shipped one: {', '.join(changed)} differ"
+                            f"{'s' if len(changed) == 1 else ''}")
     return tuple(gaps)
 
 
@@ -201,32 +385,43 @@ def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]]) 
 class PermissionReport:
     missing: tuple[Permission, ...]
     excessive: tuple[Permission | str, ...]
+    unproven: tuple[str, ...] = ()
+    """Probes that could not be made: not a pass."""
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.excessive
+        return not self.missing and not self.excessive and not self.unproven
 
     def lines(self) -> list[str]:
         out = [f"missing: {p}" for p in self.missing] + [f"excessive: {p}" for p in self.excessive]
+        out += [f"unproven: {line}" for line in self.unproven]
         return out or ["ok: the gateway's credential holds every permission it needs and nothing forbidden"]
 
 
 def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *,
-             bypasses: tuple[str, ...] = ()) -> PermissionReport:
-    """`bypasses`: admitted confinement probes and policy gaps, reported as
-    excessive: each lets the credential or a tenant do what it must not."""
+             reviews: Mapping[str, Mapping[str, Any]] | None = None,
+             bypasses: tuple[str, ...] = (), unproven: tuple[str, ...] = ()) -> PermissionReport:
+    """`reviews`: SelfSubjectRulesReview statuses by namespace, whose grants
+    beyond `required` are excessive. `bypasses`: admitted confinement probes
+    and policy gaps, reported as excessive: each lets the credential or a
+    tenant do what it must not."""
+    forbidden = tuple(p for p in FORBIDDEN if allowed[p])
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
-        excessive=tuple(p for p in FORBIDDEN if allowed[p]) + bypasses,
+        excessive=forbidden + rules_beyond(reviews or {}, required, forbidden) + bypasses,
+        unproven=unproven,
     )
 
 
-async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool:
+async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool | str:
+    """False: refused. True: admitted. A string: why it could not be made."""
     content_type = "application/merge-patch+json" if probe.method == "PATCH" else "application/json"
     try:
         await kube.request(probe.method, probe.path, probe.body, query={"dryRun": "All"}, content_type=content_type)
-    except (KubeForbidden, KubeNotFound):  # refused; or nothing there to try it on (admission comes after the read)
+    except KubeForbidden:
         return False
+    except KubeNotFound as error:  # nothing there to try it on: the read comes before admission
+        return error.message
     except KubeAPIError:  # e.g. AlreadyExists: the write got past admission
         pass
     return True
@@ -239,27 +434,81 @@ async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
         bindings = await kube.list_items(f"{base}/validatingadmissionpolicybindings")
     except KubeForbidden:  # reported as a missing permission
         return ()
-    return policy_gaps(policies, bindings)
+    return policy_gaps(policies, bindings, shipped_policies())
+
+
+# Tenant namespaces looked at for one holding its RoleBinding (a tenant can
+# delete its own; the others keep theirs).
+_SAMPLE = 20
+_CONCURRENCY = 8
+
+
+async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str], str | None]:
+    """Tenant namespaces to aim the probes at (sampled), and the first that
+    holds its RoleBinding of `cluster_role`. Active ones: the policy lets a
+    namespace being deleted finish; not suspended: the suspension policy
+    would refuse the probes for reasons of its own. The RoleBinding probe
+    patches that binding: a missing one answers NotFound before admission
+    runs, and one of another role is refused by RBAC first (no `bind` on
+    it); neither proves the policy."""
+    try:
+        listed = await kube.request(
+            "GET", "/api/v1/namespaces",
+            query={"labelSelector": f"{manifests.WORKSPACE_LABEL},{manifests.SUSPENDED_LABEL}!=true",
+                   "fieldSelector": "status.phase=Active", "limit": str(_SAMPLE)})
+    except KubeForbidden:  # reported as a missing permission
+        return [], None
+    names = [n["metadata"]["name"] for n in listed.get("items") or []]
+    wanted = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role}
+    for name in names:
+        try:
+            binding = await kube.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{name}/rolebindings/"
+                                     f"{manifests.TENANT_ROLEBINDING}")
+        except (KubeNotFound, KubeForbidden):  # gone, or `get` missing (reported as such)
+            continue
+        if {k: (binding.get("roleRef") or {}).get(k) for k in wanted} == wanted:
+            return names, name
+    return names, None
 
 
 async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
-    # An Active one: the policy lets a namespace that is being deleted finish;
-    # and not suspended, so that its RoleBinding is there to probe.
-    tenants = await kube.request("GET", "/api/v1/namespaces",
-                                 query={"labelSelector": f"{manifests.WORKSPACE_LABEL},{manifests.SUSPENDED_LABEL}!=true",
-                                        "fieldSelector": "status.phase=Active", "limit": "1"})
-    tenant = next((n["metadata"]["name"] for n in tenants.get("items") or []), None)
-    writes = confinement_probes(tenant)
+    sampled, bound = await _probe_target(kube, tenant_cluster_role)
+    tenant = bound or next(iter(sampled), None)
+    writes = confinement_probes(tenant, rolebinding=bound is not None)
+    unproven: tuple[str, ...] = (
+        (rolebinding_unproven(len(sampled), tenant_cluster_role),) if sampled and bound is None else ())
+
+    # Where RoleBindings could add to the ClusterRole: kube-system, and the
+    # tenant namespace probed.
+    namespaces = ("kube-system", *((tenant,) if tenant else ()))
+    # Some hundred reviews: a few at a time, well inside the API server's
+    # share for the gateway (a 429 would stop the start).
+    limit = asyncio.Semaphore(_CONCURRENCY)
 
     async def allowed(permission: Permission) -> bool:
-        answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
+        async with limit:
+            answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", permission.review())
         return bool((answer.get("status") or {}).get("allowed"))
 
-    answers, admitted, gaps = await asyncio.gather(
+    async def rules(namespace: str) -> dict[str, Any]:
+        async with limit:
+            answer = await kube.create("/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                                       {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                                        "spec": {"namespace": namespace}})
+        return dict(answer.get("status") or {})
+
+    async def outcome(write: WriteProbe) -> bool | str:
+        async with limit:
+            return await _admitted(kube, write)
+
+    answers, admitted, gaps, reviews = await asyncio.gather(
         asyncio.gather(*(allowed(p) for p in probes)),
-        asyncio.gather(*(_admitted(kube, w) for w in writes)),
-        _policy_gaps(kube))
-    bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was) + gaps
-    return evaluate(required, dict(zip(probes, answers)), bypasses=bypasses)
+        asyncio.gather(*(outcome(w) for w in writes)),
+        _policy_gaps(kube),
+        asyncio.gather(*(rules(n) for n in namespaces)))
+    bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was is True) + gaps
+    unproven += tuple(w.unproven(was) for w, was in zip(writes, admitted) if isinstance(was, str))
+    return evaluate(required, dict(zip(probes, answers)), reviews=dict(zip(namespaces, reviews)),
+                    bypasses=bypasses, unproven=unproven)

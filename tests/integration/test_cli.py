@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -48,20 +49,83 @@ def test_check_refuses_cluster_admin_and_names_the_excess(cluster: LocalCluster,
     assert "tenant-gateway-confined" in result.stdout  # system:masters is not the gateway's account
 
 
+_LOOSENED = """
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: tenant-gateway-loosened}
+rules:
+- {apiGroups: [""], resources: [secrets], verbs: [watch]}
+- {apiGroups: [""], resources: [pods, pods/exec], verbs: [create, get]}
+- {apiGroups: [""], resources: [configmaps], verbs: [list]}
+- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [admin, edit]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: tenant-gateway-loosened}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: tenant-gateway-loosened}
+subjects: [{kind: ServiceAccount, name: tenant-gateway, namespace: tenant-gateway-system}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: tenant-gateway-loosened, namespace: kube-system}
+rules: [{apiGroups: [""], resources: [limitranges], verbs: [list]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: tenant-gateway-loosened, namespace: kube-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: tenant-gateway-loosened}
+subjects: [{kind: ServiceAccount, name: tenant-gateway, namespace: tenant-gateway-system}]
+"""
+
+
+def test_check_names_every_grant_an_operator_added(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    """Grants beside the shipped ClusterRole, cluster-wide and by a RoleBinding
+    in kube-system: forbidden verbs the old fixed probes never asked about,
+    and reads the gateway does not need."""
+    cluster.kubectl_run("apply", "-f", "-", input=_LOOSENED)
+    try:
+        result = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("delete", "-f", "-", input=_LOOSENED)
+    assert result.returncode == 1, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    for named in ("excessive: watch secrets cluster-wide", "excessive: create pods cluster-wide",
+                  "excessive: get pods/exec cluster-wide", "excessive: create pods/exec cluster-wide",
+                  "excessive: bind clusterroles.rbac.authorization.k8s.io named admin cluster-wide",
+                  "excessive: bind clusterroles.rbac.authorization.k8s.io named edit cluster-wide",
+                  "excessive: list limitranges in namespace kube-system: not a permission the gateway needs"):
+        assert named in lines, (named, lines)
+    assert any(line.startswith("excessive: list configmaps in namespace") and "kube-system" in line
+               for line in lines), lines
+    assert all(line.startswith("excessive: ") for line in lines), lines
+    restored = run(gateway_env, "check")
+    assert restored.returncode == 0, restored.stdout
+
+
 def test_check_refuses_the_gateway_role_without_its_admission_policy(
         cluster: LocalCluster, gateway_env: dict[str, str], tmp_path: Path) -> None:
     """The shipped ClusterRole held by an account the confinement policy does
-    not cover: RBAC alone would let it act in kube-system."""
+    not cover: RBAC alone would let it act in kube-system. One tenant has
+    deleted its own RoleBinding, and its namespace is listed first: the
+    RoleBinding probe goes to another tenant's (a NotFound is no proof)."""
     cluster.kubectl_run("create", "namespace", "unconfined", check=False)
-    cluster.kubectl_run("apply", "-f", "-", input=json.dumps(manifests.namespace(f"tenant-{uuid.uuid4()}", "x")))
-    cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
-    cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
-                        "--serviceaccount=unconfined:gateway-copy", check=False)
-    token = cluster.kubectl_run("-n", "unconfined", "create", "token", "gateway-copy").stdout.strip()
-    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
-    kubeconfig["users"][0]["user"] = {"token": token}
-    (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
+    # Names list in order: "tenant-0-" before any tenant-<uuid> but another such.
+    unbound, bound = f"tenant-0-{uuid.uuid4().hex[:8]}", f"tenant-{uuid.uuid4()}"
+    made = [manifests.namespace(unbound, "x"), manifests.namespace(bound, "y"),
+            manifests.role_binding(bound, "y", "tenant-admin")]
+    cluster.kubectl_run("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": made}))
+    try:
+        cluster.kubectl_run("-n", "unconfined", "create", "serviceaccount", "gateway-copy", check=False)
+        cluster.kubectl_run("create", "clusterrolebinding", "gateway-copy", "--clusterrole=tenant-gateway",
+                            "--serviceaccount=unconfined:gateway-copy", check=False)
+        token = cluster.kubectl_run("-n", "unconfined", "create", "token", "gateway-copy").stdout.strip()
+        kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+        kubeconfig["users"][0]["user"] = {"token": token}
+        (tmp_path / "copy.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "copy.kubeconfig")}, "check")
+        shipped = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("delete", "namespace", unbound, bound, "--wait=false")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert "excessive: writes outside tenant namespaces are admitted: ValidatingAdmissionPolicy tenant-gateway-confined " \
@@ -69,7 +133,11 @@ def test_check_refuses_the_gateway_role_without_its_admission_policy(
     assert any(line.startswith("excessive: namespaces with ownerReferences can be created") for line in lines)
     # Once a tenant namespace exists, re-parenting it and adding finalizers are proven refused too.
     assert any(line.startswith("excessive: tenant namespaces can be re-parented") for line in lines)
+    # No probe left unmade: the RoleBinding one found tenant `bound`'s binding (for
+    # this account the subjects wall refuses it; the unit tests show the rest).
     assert all(line.startswith("excessive:") and "tenant-gateway-confined" in line for line in lines), lines
+    # The shipped credential, on the same cluster: proven confined, no probe left unmade.
+    assert (shipped.returncode, shipped.stdout.splitlines()[0][:3]) == (0, "ok:"), shipped.stdout
 
 
 def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
@@ -92,6 +160,27 @@ def test_check_refuses_a_policy_set_missing_a_tenant_wall(cluster: LocalCluster,
         "has no binding that denies in every namespace it guards"]
 
 
+def test_check_refuses_a_tenant_wall_narrowed_in_place(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
+    """Installed, failing closed, bound with Deny, and yet no longer the
+    shipped policy: ServiceAccounts excluded from the wall that keeps the
+    gateway's name (and token-grade accounts) from tenants."""
+    name = "tenant-gateway-no-gateway-grade-tokens"
+    narrowed = {"spec": {"matchConstraints": {"excludeResourceRules": [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["serviceaccounts"]}]}}}
+    cluster.kubectl_run("patch", "validatingadmissionpolicy", name, "--type=merge", "-p", json.dumps(narrowed))
+    try:
+        result = run(gateway_env, "check")
+    finally:
+        cluster.kubectl_run("patch", "validatingadmissionpolicy", name, "--type=merge",
+                            "-p", json.dumps({"spec": {"matchConstraints": {"excludeResourceRules": None}}}))
+        cluster._wait_for_tenant_walls(time.monotonic() + 60)  # enforced again before the next test
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        f"excessive: ValidatingAdmissionPolicy {name} (deploy/kubernetes/admission.yaml) is not the shipped one: "
+        "spec.matchConstraints.excludeResourceRules differs"]
+    assert run(gateway_env, "check").returncode == 0
+
+
 def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
     result = run({**gateway_env, "GATEWAY_TENANT_CLUSTERROLE": "some-other-role"}, "check")
     assert result.returncode == 1
@@ -103,6 +192,22 @@ def test_serve_refuses_to_start_with_excess_permissions(cluster: LocalCluster, g
                  "serve")
     assert result.returncode == 1
     assert "refusing to start" in result.stderr
+
+
+def test_serve_refuses_to_start_when_its_check_cannot_run(cluster: LocalCluster, gateway_env: dict[str, str],
+                                                         tmp_path: Path) -> None:
+    """An API server that cannot be reached proves nothing: exit 1 (the
+    kubelet restarts it), never a gateway serving unchecked."""
+    kubeconfig = yaml.safe_load(cluster.gateway_kubeconfig.read_text())
+    kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig"),
+                  "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"},
+                 "serve")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("tenant-gateway: the permission self-check could not run (") and \
+        last.endswith("); refusing to start"), result.stderr
 
 
 def test_settings_errors_stop_start_up_with_a_message(gateway_env: dict[str, str]) -> None:

@@ -3,13 +3,18 @@ policy gaps `check` names, the confinement probes. Pure."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes, evaluate,
-                                      policy_gaps, required_permissions)
+from provisioning.permissions import (EVERYONE_READS, FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes,
+                                      evaluate, policy_gaps, required_permissions, rule_grants, rules_beyond,
+                                      shipped_policies)
+
+CLUSTERROLES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "clusterroles.yaml"
+ADMISSION = CLUSTERROLES.with_name("admission.yaml")
 
 
 def _installed(name: str, selector: Any, **binding: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -69,3 +74,158 @@ def test_confinement_probes_aim_at_a_tenant_namespace_when_there_is_one() -> Non
         ("PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/tenant-x/rolebindings/tenant-admin")]
     assert probes[1].body["metadata"]["ownerReferences"] and probes[1].body["metadata"]["name"].startswith("tenant-")
     assert probes[2].body["spec"]["finalizers"] and probes[2].body["metadata"]["name"].startswith("tenant-")
+
+
+def test_the_shipped_clusterrole_grants_exactly_what_the_code_needs() -> None:
+    """No read the code never makes (list on quotas, limit ranges, accounts,
+    network policies; get on tenant-admin): the cluster tests run on this
+    role, so they prove the smaller set suffices."""
+    role = next(d for d in yaml.safe_load_all(CLUSTERROLES.read_text()) if d["metadata"]["name"] == "tenant-gateway")
+    granted = [p for rule in role["rules"] for p in rule_grants(rule)]
+    assert len(granted) == len(set(granted))  # each once
+    assert set(granted) == set(required_permissions("tenant-admin"))
+    assert Permission("list", "resourcequotas") not in granted
+    assert Permission("get", "clusterroles", "rbac.authorization.k8s.io", name="tenant-admin") not in granted
+
+
+def test_rule_grants_spell_out_a_policy_rule() -> None:
+    rule = {"apiGroups": ["", "apps"], "resources": ["pods/exec", "*"], "verbs": ["get"], "resourceNames": ["a"]}
+    assert [str(p) for p in rule_grants(rule, "ns")] == [
+        "get pods/exec named a in namespace ns", "get * named a in namespace ns",
+        "get pods/exec.apps named a in namespace ns", "get *.apps named a in namespace ns"]
+
+
+def shipped_review() -> dict[str, Any]:
+    """A SelfSubjectRulesReview's status for the shipped credential, as the
+    local cluster (Kubernetes 1.34) answers it: the ClusterRole, and what
+    the bootstrap roles grant every authenticated user."""
+    role = next(d for d in yaml.safe_load_all(CLUSTERROLES.read_text()) if d["metadata"]["name"] == "tenant-gateway")
+    everyone = [{"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                 "verbs": ["create"]},
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]}]
+    return {"incomplete": False, "resourceRules": everyone + role["rules"],
+            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": sorted(EVERYONE_READS)}]}
+
+
+def test_the_shipped_credential_holds_nothing_beyond_its_needs() -> None:
+    required = required_permissions("tenant-admin")
+    assert rules_beyond({"kube-system": shipped_review(), "tenant-x": shipped_review()}, required) == ()
+
+
+def test_every_grant_beyond_the_needs_is_named_once_with_where_it_was_seen() -> None:
+    """What an operator might add: each is excessive, even where no fixed
+    probe would ask about it."""
+    required = required_permissions("tenant-admin")
+    loosened, local = shipped_review(), shipped_review()
+    loosened["resourceRules"] += [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["watch"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+         "resourceNames": ["admin", "tenant-admin"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["list"]},
+    ]
+    loosened["nonResourceRules"] += [{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}]
+    local["resourceRules"] += [{"apiGroups": [""], "resources": ["pods", "pods/exec"], "verbs": ["create"]},
+                               {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]
+    assert rules_beyond({"kube-system": loosened, "tenant-x": local}, required) == (
+        "watch secrets in namespace kube-system: not a permission the gateway needs",
+        "list configmaps in namespaces kube-system, tenant-x: not a permission the gateway needs",
+        "bind clusterroles.rbac.authorization.k8s.io named admin in namespace kube-system: "
+        "not a permission the gateway needs",
+        "list serviceaccounts in namespace kube-system: not a permission the gateway needs",
+        "create pods in namespace tenant-x: not a permission the gateway needs",
+        "create pods/exec in namespace tenant-x: not a permission the gateway needs",
+        "get non-resource URL /metrics: not a permission the gateway needs",
+    )
+    # Already named by a forbidden access review: not twice.
+    assert not any(line.startswith("watch secrets") for line in
+                   rules_beyond({"kube-system": loosened}, required, (Permission("watch", "secrets"),)))
+
+
+def test_wildcards_are_beyond_any_need() -> None:
+    admin = {"resourceRules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+             "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}
+    assert rules_beyond({"kube-system": admin}, required_permissions("tenant-admin")) == (
+        "* *.* in namespace kube-system: not a permission the gateway needs",
+        "* non-resource URL *: not a permission the gateway needs")
+    # Through evaluate, the forbidden `*` access review names it, once.
+    required = required_permissions("tenant-admin")
+    report = evaluate(required, {p: True for p in required + FORBIDDEN}, reviews={"kube-system": admin})
+    assert [str(p) for p in report.excessive].count("* *.* cluster-wide") == 1
+    assert not any(str(p).startswith("* *.* in namespace") for p in report.excessive)
+
+
+def test_the_forbidden_probes_ask_each_verb_that_matters() -> None:
+    """A fixed short list let `watch` secrets, `bind` admin, `create` pods and
+    `get` pods/exec through."""
+    asked = {str(p) for p in FORBIDDEN}
+    for line in ("watch secrets cluster-wide", "create secrets cluster-wide", "create pods cluster-wide",
+                 "get pods/exec cluster-wide", "create pods/attach cluster-wide", "create pods/portforward cluster-wide",
+                 "bind clusterroles.rbac.authorization.k8s.io named admin cluster-wide",
+                 "bind clusterroles.rbac.authorization.k8s.io named edit cluster-wide",
+                 "bind clusterroles.rbac.authorization.k8s.io cluster-wide", "escalate roles.rbac.authorization.k8s.io cluster-wide",
+                 "impersonate serviceaccounts cluster-wide", "impersonate uids.authentication.k8s.io cluster-wide",
+                 "delete validatingadmissionpolicybindings.admissionregistration.k8s.io cluster-wide"):
+        assert line in asked, line
+    required = set(required_permissions("tenant-admin"))
+    assert not required & set(FORBIDDEN)
+
+
+def as_installed(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A shipped policy as the API server (1.34) answers it: its defaults filled in."""
+    spec = copy.deepcopy(spec)
+    match = spec["matchConstraints"]
+    match.update({"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}})
+    for rule in match["resourceRules"]:
+        rule.setdefault("scope", "*")
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_the_package_ships_admission_yaml_itself_and_check_reads_it() -> None:
+    """Read at every check, not copied into code: a change to the file is
+    the reference at once."""
+    import provisioning
+
+    assert (Path(provisioning.__file__).parent / "admission.yaml").read_text() == ADMISSION.read_text()
+    shipped = shipped_policies()
+    assert set(POLICIES) <= set(shipped)
+    assert shipped == {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(ADMISSION.read_text())
+                       if d and d["kind"] == "ValidatingAdmissionPolicy"}
+
+
+def test_a_policy_that_is_not_the_shipped_one_is_a_bypass() -> None:
+    shipped = shipped_policies()
+    policies = [as_installed(name, spec) for name, spec in shipped.items()]
+    bindings = [_installed(name, selector)[1] for name, selector in POLICIES.items()]
+    assert policy_gaps(policies, bindings, shipped) == ()
+    where = "ValidatingAdmissionPolicy {} (deploy/kubernetes/admission.yaml) is not the shipped one: "
+
+    def changed(name: str, change: Any) -> tuple[str, ...]:
+        edited = [copy.deepcopy(p) for p in policies]
+        change(next(p["spec"] for p in edited if p["metadata"]["name"] == name))
+        return policy_gaps(edited, bindings, shipped)
+
+    tokens = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["serviceaccounts/token"]}
+    assert changed("tenant-gateway-confined", lambda spec: spec["matchConstraints"].update(
+        excludeResourceRules=[tokens])) == (
+        where.format("tenant-gateway-confined") + "spec.matchConstraints.excludeResourceRules differs",)
+    assert changed("tenant-gateway-no-gateway-grade-tokens", lambda spec: spec["matchConstraints"].update(
+        objectSelector={"matchLabels": {"checked": "yes"}})) == (
+        where.format("tenant-gateway-no-gateway-grade-tokens") + "spec.matchConstraints.objectSelector differs",)
+    assert changed("tenant-gateway-no-external-ips", lambda spec: spec.update(
+        matchConditions=[{"name": "not-mine", "expression": "false"}])) == (
+        where.format("tenant-gateway-no-external-ips") + "spec.matchConditions differs",)
+    assert changed("tenant-gateway-no-external-names", lambda spec: spec["validations"][0].update(
+        expression="true")) == (where.format("tenant-gateway-no-external-names") + "spec.validations differs",)
+    # Failing open is said once, as before.
+    assert changed("tenant-gateway-suspended", lambda spec: spec.update(failurePolicy="Ignore")) == (
+        "ValidatingAdmissionPolicy tenant-gateway-suspended (deploy/kubernetes/admission.yaml) fails open "
+        "(failurePolicy is not Fail)",)
+
+
+def test_a_shipped_policy_check_does_not_know_by_name_must_be_installed_as_shipped() -> None:
+    shipped = {**shipped_policies(), "tenant-gateway-new-wall": {"matchConstraints": {"resourceRules": []}}}
+    policies = [as_installed(name, spec) for name, spec in shipped_policies().items()]
+    bindings = [_installed(name, selector)[1] for name, selector in POLICIES.items()]
+    assert policy_gaps(policies, bindings, shipped) == (
+        "ValidatingAdmissionPolicy tenant-gateway-new-wall (deploy/kubernetes/admission.yaml) is not installed",)
