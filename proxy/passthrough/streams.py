@@ -71,22 +71,27 @@ class Stream:
         self.task = task
         self.owner = owner
         self.ending = False
+        self.was_cut = False
+        """Once cut, always cut: a clean end asked for later (a shutdown's
+        `end_all` in the same loop iteration, before the relay ran) must not
+        turn the cut's cancellation into a clean end."""
 
     def take_end(self) -> bool:
         """Inside the relay, on CancelledError: True if this cancellation
         asks for a clean end (then it is consumed, and the relay may await
         its closing writes); False if the stream must be cut."""
-        if not self.ending:
+        if not self.ending or self.was_cut:
             return False
         self.task.uncancel()
         return True
 
     def cut(self, why: str) -> None:
-        self.ending = False  # a cut wins over a clean end
+        self.was_cut = True  # a cut wins over a clean end, asked for before or after
+        self.ending = False
         self.task.cancel(why)
 
     def end(self) -> None:
-        if not self.ending:
+        if not self.ending and not self.was_cut:
             self.ending = True
             self.task.cancel(_ENDING)
 
