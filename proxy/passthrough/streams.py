@@ -10,8 +10,9 @@ to end one:
   and the upstream one at once; nothing more may reach a client whose access
   was just revoked. Streams are cut when their workspace changes
   (suspension), their session is revoked (logout) or reaches its expiry (a
-  timer per stream), or their user changes (suspension; a password change
-  ends them too). The events arrive on every replica through PostgreSQL
+  timer per stream), or their user changes (suspension, or a new admin
+  flag, email or identity provider: what migration 0010's `user_changed`
+  trigger fires on). The events arrive on every replica through PostgreSQL
   NOTIFY (provisioning.events).
 - `end_all` (shutdown): the stream is marked `ending` and then cancelled;
   the relay catches that cancellation and ends its answer the way the API
