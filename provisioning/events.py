@@ -7,6 +7,17 @@ their entries only while `connected` is true: when the connection drops, every
 subscriber's reset hook runs (drop everything), caches fall back to the
 database until the listener is back, and no event can have been missed
 unnoticed.
+
+A connection is trusted only while it proves it still delivers
+notifications: every `probe_seconds` the listener sends a nonce with
+`pg_notify` on a channel of its own (LISTENed on the same connection) and
+must hear it back within `probe_timeout`. A socket that died silently, or
+a transaction-mode pooler that runs `SELECT 1` but never delivers a
+NOTIFY, fails that within the 5 s in which a stream whose right ended must
+be cut (probe_seconds + probe_timeout, from the last echo heard). The
+heartbeat is the listener's own: it moves no generation and reaches no
+subscriber. A connection judged lost is reset (streams cut, caches off)
+at once, before the listener waits for it to close.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 from typing import Any, Callable
 
 import asyncpg
@@ -33,10 +45,16 @@ ResetHook = Callable[[], None]
 
 
 class EventListener:
-    def __init__(self, dsn: str, *, retry_seconds: float = 1.0, connect_timeout: float = 5.0) -> None:
+    def __init__(self, dsn: str, *, retry_seconds: float = 1.0, connect_timeout: float = 5.0,
+                 probe_seconds: float = 2.0, probe_timeout: float = 2.0) -> None:
         self._dsn = dsn
         self._connect_timeout = connect_timeout
         self._retry_seconds = retry_seconds
+        self._probe_seconds = probe_seconds
+        self._probe_timeout = probe_timeout
+        # Private to this listener: no other replica's heartbeat (or anyone's event) arrives on it.
+        self._probe_channel = f"tenant_gateway_probe_{secrets.token_hex(8)}"
+        self._echo: tuple[str, asyncio.Future[None]] | None = None
         self._handlers: list[Handler] = []
         self._reset_hooks: list[ResetHook] = []
         self._connection: asyncpg.Connection | None = None
@@ -73,6 +91,7 @@ class EventListener:
 
     async def _close(self) -> None:
         self.connected = False
+        self._echo = None
         if self._connection is not None and not self._connection.is_closed():
             try:
                 await asyncio.wait_for(self._connection.close(), timeout=2)
@@ -92,7 +111,10 @@ class EventListener:
                 self._connection = await asyncpg.connect(self._dsn, timeout=self._connect_timeout, server_settings={
                     "application_name": LISTENER_APPLICATION_NAME})
                 self._connection.add_termination_listener(lambda _c: self._lost.set())
+                await self._connection.add_listener(self._probe_channel, self._on_probe)
                 await self._connection.add_listener(EVENTS_CHANNEL, self._on_notify)
+                # Trusted only once a notification has come back (a pooler accepts LISTEN and delivers nothing).
+                await self._probe()
                 # Anything cached before this point may have missed an event.
                 self._reset()
                 self.connected = True
@@ -108,20 +130,45 @@ class EventListener:
                 log.exception("event listener failed; reconnecting")
             if self.connected:
                 log.warning("event listener lost its connection; caches disabled until it is back")
-            await self._close()
+            # Judged lost: cut and forget now, not after a dead socket's close has timed out.
+            self.connected = False
             self._reset()
+            await self._close()
             await asyncio.sleep(self._retry_seconds)
 
     async def _watch_connection(self) -> None:
-        """Return when the connection is gone. The termination callback covers
-        a clean close; the periodic probe covers a silently dead socket."""
-        assert self._connection is not None
+        """Return when the connection is gone; raise when it no longer
+        delivers notifications. The termination callback covers a clean
+        close; the heartbeat covers a silently dead socket, and a connection
+        that answers queries but drops what it was LISTENing for."""
         while True:
             try:
-                await asyncio.wait_for(self._lost.wait(), timeout=5)
+                await asyncio.wait_for(self._lost.wait(), timeout=self._probe_seconds)
                 return
             except asyncio.TimeoutError:
-                await self._connection.fetchval("SELECT 1", timeout=3)
+                await self._probe()
+
+    async def _probe(self) -> None:
+        """Send a nonce to this listener's own channel and hear it back
+        within `probe_timeout`; TimeoutError if it does not come."""
+        assert self._connection is not None
+        nonce = secrets.token_hex(8)
+        echo: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._echo = (nonce, echo)
+        try:
+            async with asyncio.timeout(self._probe_timeout):
+                await self._connection.execute("SELECT pg_notify($1, $2)", self._probe_channel, nonce)
+                await echo
+        except TimeoutError:
+            log.warning("event listener's heartbeat did not come back within %s s: a dead connection, or one "
+                        "(through a transaction-mode pooler?) that does not deliver notifications", self._probe_timeout)
+            raise
+        finally:
+            self._echo = None
+
+    def _on_probe(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
+        if self._echo is not None and self._echo[0] == payload and not self._echo[1].done():
+            self._echo[1].set_result(None)
 
     def _on_notify(self, _connection: object, _pid: int, _channel: str, payload: str) -> None:
         try:
