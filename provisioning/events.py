@@ -6,7 +6,9 @@ holds one dedicated listening connection (outside the pool). Caches may trust
 their entries only while `connected` is true: when the connection drops, every
 subscriber's reset hook runs (drop everything), caches fall back to the
 database until the listener is back, and no event can have been missed
-unnoticed.
+unnoticed. Streams (watches, log follows, exec...) open only while it is
+true (proxy.passthrough.gate): a stream outlives any database read, and
+only an event can cut it when its right ends.
 
 A connection is trusted only while it proves it still delivers
 notifications: every `probe_seconds` the listener sends a nonce with
@@ -62,7 +64,20 @@ class EventListener:
         self._lost = asyncio.Event()
         self._generation = 0  # events and resets so far
         self._stopping = False
-        self.connected = False
+        self._up = asyncio.Event()
+        """Set while `connected`: what `wait_connected` waits for."""
+
+    @property
+    def connected(self) -> bool:
+        """Events are being heard: caches may trust their entries, and a
+        stream opened now will hear of the end of its rights."""
+        return self._up.is_set()
+
+    def _set_connected(self, connected: bool) -> None:
+        if connected:
+            self._up.set()
+        else:
+            self._up.clear()
 
     @property
     def generation(self) -> int:
@@ -82,6 +97,14 @@ class EventListener:
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tenant-gateway-events")
 
+    async def wait_connected(self, timeout: float) -> bool:
+        """True once connected (at once if it is), False if `timeout` passed first."""
+        try:
+            await asyncio.wait_for(self._up.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
     async def stop(self, timeout: float = 5.0) -> None:
         """Bounded: the reconnect loop also checks `_stopping`, so a
         cancellation swallowed inside asyncpg cannot keep it retrying."""
@@ -90,7 +113,7 @@ class EventListener:
         await self._close()
 
     async def _close(self) -> None:
-        self.connected = False
+        self._set_connected(False)
         self._echo = None
         if self._connection is not None and not self._connection.is_closed():
             try:
@@ -117,7 +140,7 @@ class EventListener:
                 await self._probe()
                 # Anything cached before this point may have missed an event.
                 self._reset()
-                self.connected = True
+                self._set_connected(True)
                 log.info("event listener connected")
                 await self._watch_connection()
             except asyncio.CancelledError:
@@ -131,7 +154,7 @@ class EventListener:
             if self.connected:
                 log.warning("event listener lost its connection; caches disabled until it is back")
             # Judged lost: cut and forget now, not after a dead socket's close has timed out.
-            self.connected = False
+            self._set_connected(False)
             self._reset()
             await self._close()
             await asyncio.sleep(self._retry_seconds)

@@ -3,7 +3,10 @@ PostgreSQL, through a relay on its socket that can go silent (a dead peer,
 no reset) or drop notifications while passing everything else (what a
 transaction-mode pooler does to LISTEN). Streams are cut and caches turned
 off (the reset) within the 5 s promise either way; the listener's own
-heartbeat never reaches subscribers."""
+heartbeat never reaches subscribers. And the gateway, through the same
+relay: while its listener hears nothing it opens no stream (nothing could
+cut it) and /readyz says so; a fresh gateway hears events before its first
+request."""
 
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ import pytest
 
 from provisioning.db.repositories import EVENTS_CHANNEL
 from provisioning.events import EventListener
+from proxy import keys
+from proxy.passthrough.upstream import Upstream
+from tests.component.test_seams import (FakeTokenIssuer, _exec_handshake, api_server, fake_api_server,  # noqa: F401
+                                        k8s_error, provisioned_workspace)
 
 # What the gateway promises: a stream whose right ends is cut within 5 s.
 PROMISE_SECONDS = 5.0
@@ -38,6 +45,8 @@ class PostgresRelay:
         self.url = f"{head}?{urlencode({**params, 'host': str(folder)})}"
         self.silent = False
         self.drop_notifications = False
+        self.connect_delay = 0.0
+        """Seconds before each new connection reaches the server (a slow network, a busy pooler)."""
         self.dropped = 0
         self.echoes = 0
         """Exchanges that brought a notification back, up to the server's ReadyForQuery."""
@@ -55,6 +64,7 @@ class PostgresRelay:
             self._server.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(self.connect_delay)
         up_reader, up_writer = await asyncio.open_unix_connection(self.target)
         self._writers += [writer, up_writer]
         await asyncio.gather(self._pipe(reader, up_writer), self._from_server(up_reader, writer),
@@ -173,3 +183,57 @@ async def test_the_heartbeat_never_reaches_subscribers_nor_moves_the_generation(
         await watched.until(lambda: watched.events, 5)
         assert watched.events == [{"kind": "user_changed", "id": "x"}]
         assert watched.listener.generation == generation + 1
+
+
+async def readiness(gateway: Any, status: int, within: float = 10) -> dict[str, str]:
+    """/readyz's checks, once it answers `status`."""
+    async with asyncio.timeout(within):
+        while True:
+            answer = await gateway.get("/readyz")
+            body = await answer.json()
+            if answer.status == status:
+                return dict(body["checks"])
+            await asyncio.sleep(0.1)
+
+
+async def test_no_stream_opens_while_the_listener_hears_nothing(
+        relay: PostgresRelay, make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+    """A stream opened then would miss the NOTIFY of a later suspension or
+    logout and run until the listener is back; a short request reads the
+    database meanwhile and is safe."""
+    seen, upstream = api_server
+    gateway = await make_gateway(GATEWAY_DATABASE_URL=relay.url, kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    assert await readiness(gateway, 200) == {"database": "ok", "kubernetes": "ok", "events": "ok"}
+    relay.drop_notifications = True  # everything else still answers
+    assert await readiness(gateway, 503) == {"database": "ok", "kubernetes": "ok", "events": "unavailable"}
+    assert not gateway.server.app[keys.EVENTS].connected
+    before = len(seen)
+    pod = path.replace("/configmaps", "/pods/p")
+    for stream in (path + "?watch=true", pod + "/log?follow=true"):
+        answer = await gateway.get(stream, headers=user.bearer)
+        assert await k8s_error(answer) == (503, "events_unavailable"), stream
+        assert answer.headers["Retry-After"] == "1" and (await answer.json())["details"] == {"retryAfterSeconds": 1}
+    exec_ = await gateway.get(pod + "/exec?command=sh&stdout=true",
+                              headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+    assert await k8s_error(exec_) == (503, "events_unavailable")
+    assert len(seen) == before  # none of them reached the API server
+    assert (await gateway.get(path, headers=user.bearer)).status == 200  # a short request still goes
+    relay.drop_notifications = False
+    assert (await readiness(gateway, 200))["events"] == "ok"
+    assert (await gateway.get(path + "?watch=true", headers=user.bearer)).status == 200
+
+
+async def test_a_fresh_gateway_hears_events_before_its_first_request(
+        relay: PostgresRelay, make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+    """The listener connects in a cleanup context of its own: the server
+    must not answer before it is connected, or its first streams are
+    refused and /readyz flaps."""
+    _seen, upstream = api_server
+    user, path = await provisioned_workspace(await make_gateway(kube=FakeTokenIssuer(), upstream=upstream))
+    relay.connect_delay = 0.5  # the second replica's listener takes a while to connect
+    second = await make_gateway(GATEWAY_DATABASE_URL=relay.url, kube=FakeTokenIssuer(), upstream=upstream)
+    watch = await second.get(path + "?watch=true", headers=user.bearer)  # its first request
+    assert watch.status == 200, await watch.text()
+    ready = await second.get("/readyz")
+    assert ready.status == 200 and (await ready.json())["checks"]["events"] == "ok"
