@@ -13,6 +13,8 @@ class GatewayError(Exception):
     status = 500
     code = "internal_error"
     message = "the gateway could not complete the request"
+    retry_after: int | None = None
+    """Seconds after which a retry may succeed (`Retry-After`), if the error says."""
 
     def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
         self.message = message or self.message
@@ -75,3 +77,14 @@ class ClusterUnavailable(ServiceUnavailable):
 
 class DatabaseUnavailable(ServiceUnavailable):
     code, message = "database_unavailable", "the database is unreachable; retry later"
+
+
+class EventsUnavailable(ServiceUnavailable):
+    """This replica cannot hear that a right ended (its event listener is
+    reconnecting), so it opens no stream that only such an event would cut.
+    The listener retries every second: so may the client."""
+
+    code = "events_unavailable"
+    message = ("this gateway replica cannot open watches, log follows or exec, attach and port-forward "
+               "sessions while it reconnects to the database's events; retry in a moment")
+    retry_after = 1

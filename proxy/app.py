@@ -15,6 +15,7 @@ that is gone cannot hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 from __future__ import annotations
 
 import base64
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +48,8 @@ from proxy.ratelimit import CounterSweeper
 from proxy.routes import accounts, console, device, health, sso, workspaces
 from proxy.settings import Settings
 from proxy.token_cache import TenantTokenCache, TokenKey
+
+log = logging.getLogger(__name__)
 
 
 def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
@@ -111,6 +114,10 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                                                 oidc=app[keys.OIDC], cache_seconds=settings.session_cache_seconds,
                                                 clock=clock)
         await events.start()
+        # Before the first request: until it is connected, /readyz says 503 and streams are refused.
+        if not await events.wait_connected(settings.database_timeout_seconds):
+            log.warning("the event listener is not connected yet; /readyz answers 503 and streams are "
+                        "refused until it is")
         yield
         await events.stop(timeout=min(2.0, drain.remaining() / 2))
 
@@ -178,7 +185,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                                        on_reset=streams.cut_all, cache_seconds=settings.workspace_cache_seconds,
                                        clock=clock)
         gate.open(app[keys.AUTHENTICATOR], directory,
-                  Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics))
+                  Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics), events)
         yield
 
     async def heap(app: web.Application) -> AsyncIterator[None]:

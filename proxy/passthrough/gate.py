@@ -5,7 +5,11 @@ carry out. Order of checks, cheapest and most fundamental first:
 authenticate the caller (cookie + CSRF for writes, exact Origin for cookie
 upgrades, or a bearer token); the workspace must be usable by the caller
 (provisioning.access); the path must pass the tenant wall
-(proxy.passthrough.routing). What passed becomes one immutable Ticket,
+(proxy.passthrough.routing); a stream (a watch, a log follow, any WebSocket:
+what the stream registry tracks) opens only while the event listener is
+connected, since only its events can cut the stream when a right ends (503
+`events_unavailable` otherwise; short requests read the database meanwhile
+and stay safe). What passed becomes one immutable Ticket,
 handed with the relay service (proxy.passthrough.relay) to the relay that
 fits the request. A refused request never reaches the API server.
 """
@@ -17,7 +21,8 @@ from typing import Any
 from aiohttp import web
 
 from provisioning import access
-from provisioning.errors import BadRequest, Forbidden
+from provisioning.errors import BadRequest, EventsUnavailable, Forbidden
+from provisioning.events import EventListener
 from proxy.auth.authenticating import Authenticator
 from proxy.errors import KUBERNETES_PREFIX
 from proxy.passthrough.headers import is_spdy_upgrade
@@ -59,9 +64,11 @@ class Gate:
         self.authenticator: Authenticator
         self.directory: WorkspaceDirectory
         self.relay: Relay
+        self.events: EventListener
 
-    def open(self, authenticator: Authenticator, directory: WorkspaceDirectory, relay: Relay) -> None:
-        self.authenticator, self.directory, self.relay = authenticator, directory, relay
+    def open(self, authenticator: Authenticator, directory: WorkspaceDirectory, relay: Relay,
+             events: EventListener) -> None:
+        self.authenticator, self.directory, self.relay, self.events = authenticator, directory, relay, events
 
     def add_routes(self, router: web.UrlDispatcher, **options: Any) -> None:
         router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", self.handle, **options)
@@ -90,8 +97,13 @@ class Gate:
                         lambda: client_ip(request), cuts_seen)
         if decision.action == "own_namespace_list":  # answered here, never an upgrade
             return await relay_namespace_list(request, ticket, relay)
-        if upgrade and headers.get("Upgrade", "").lower() == "websocket":
+        websocket = upgrade and headers.get("Upgrade", "").lower() == "websocket"
+        if websocket:
             self._check_upgrade_origin(request, who.via_cookie)
+        if (websocket or decision.long_running) and not self.events.connected:
+            # No event would reach it: a suspension or logout could not cut it.
+            raise EventsUnavailable()
+        if websocket:
             return await relay_websocket(request, ticket, relay)
         return await relay_http(request, ticket, relay)
 

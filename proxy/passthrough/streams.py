@@ -10,8 +10,9 @@ to end one:
   and the upstream one at once; nothing more may reach a client whose access
   was just revoked. Streams are cut when their workspace changes
   (suspension), their session is revoked (logout) or reaches its expiry (a
-  timer per stream), or their user changes (suspension; a password change
-  ends them too). The events arrive on every replica through PostgreSQL
+  timer per stream), or their user changes (suspension, or a new admin
+  flag, email or identity provider: what migration 0010's `user_changed`
+  trigger fires on). The events arrive on every replica through PostgreSQL
   NOTIFY (provisioning.events).
 - `end_all` (shutdown): the stream is marked `ending` and then cancelled;
   the relay catches that cancellation and ends its answer the way the API
@@ -71,22 +72,27 @@ class Stream:
         self.task = task
         self.owner = owner
         self.ending = False
+        self.was_cut = False
+        """Once cut, always cut: a clean end asked for later (a shutdown's
+        `end_all` in the same loop iteration, before the relay ran) must not
+        turn the cut's cancellation into a clean end."""
 
     def take_end(self) -> bool:
         """Inside the relay, on CancelledError: True if this cancellation
         asks for a clean end (then it is consumed, and the relay may await
         its closing writes); False if the stream must be cut."""
-        if not self.ending:
+        if not self.ending or self.was_cut:
             return False
         self.task.uncancel()
         return True
 
     def cut(self, why: str) -> None:
-        self.ending = False  # a cut wins over a clean end
+        self.was_cut = True  # a cut wins over a clean end, asked for before or after
+        self.ending = False
         self.task.cancel(why)
 
     def end(self) -> None:
-        if not self.ending:
+        if not self.ending and not self.was_cut:
             self.ending = True
             self.task.cancel(_ENDING)
 

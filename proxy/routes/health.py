@@ -19,12 +19,16 @@ async def healthz(_request: web.Request) -> web.Response:
 
 @routes.get("/readyz")
 async def readyz(request: web.Request) -> web.Response:
-    """Ready only when both the database and the API server answer: a replica
-    that cannot reach either would answer every request with 503."""
+    """Ready only when the database and the API server answer and the event
+    listener is connected: a replica that cannot reach either would answer
+    every request with 503, and one that hears no events refuses every
+    watch, log follow and exec (proxy.passthrough.gate)."""
     database, cluster = await asyncio.gather(
         request.app[keys.DATABASE].ping(), request.app[keys.KUBE].reachable())
-    checks = {"database": "ok" if database else "unavailable", "kubernetes": "ok" if cluster else "unavailable"}
-    ready = database and cluster
+    events = request.app[keys.EVENTS].connected
+    checks = {"database": "ok" if database else "unavailable", "kubernetes": "ok" if cluster else "unavailable",
+              "events": "ok" if events else "unavailable"}
+    ready = database and cluster and events
     return web.json_response({"status": "ok" if ready else "unavailable", "checks": checks},
                              status=200 if ready else 503)
 

@@ -53,6 +53,10 @@ class FakeTokenIssuer:
         self.endpoint = ClusterEndpoint(server, None)
         self.issued: list[str] = []
 
+    async def reachable(self) -> bool:
+        """What /readyz asks: the FAKE cluster is always there."""
+        return True
+
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         assert path.endswith("/serviceaccounts/sa-tenant-admin/token")
         self.issued.append(f"token-{len(self.issued) + 1}")

@@ -43,3 +43,24 @@ def test_the_manifests_say_how_prometheus_reaches_the_metrics_and_keep_tenants_o
     selector = source["namespaceSelector"]
     assert set(selector["matchLabels"]) == {"kubernetes.io/metadata.name"} and "podSelector" not in source
     assert {"key": "tenant-gateway.io/workspace-id", "operator": "DoesNotExist"} in selector["matchExpressions"]
+
+
+def test_what_ends_a_users_streams_is_what_the_user_changed_trigger_fires_on() -> None:
+    """README and proxy/passthrough/streams.py say which user changes cut
+    streams; the latest `user_changed` trigger decides. (They once promised
+    that a password change ends them: nothing changes a password, and the
+    trigger does not look at password_hash.)"""
+    migrations = sorted((REPO_ROOT / "provisioning" / "db" / "migrations").glob("*.sql"))
+    latest = [m.read_text() for m in migrations if "CREATE TRIGGER user_changed" in m.read_text()][-1]
+    watched = re.search(r"WHEN \(\((.*?)\)", latest.split("CREATE TRIGGER user_changed", 1)[1], re.S)
+    assert watched
+    columns = {column.strip().removeprefix("OLD.") for column in watched.group(1).split(",")}
+    assert columns == {"status", "is_admin", "email", "oidc_provider"}
+    words = {"status": "suspen", "is_admin": "admin", "email": "email", "oidc_provider": "provider"}
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    promise = readme.split("**Streams end when their right to exist ends**", 1)[1].split("* **", 1)[0]
+    streams = " ".join((REPO_ROOT / "proxy" / "passthrough" / "streams.py").read_text().split('"""')[1].split())
+    cuts = streams.split("- a cut:", 1)[1].split("- `end_all`", 1)[0]
+    for text in (promise, cuts):
+        assert "password" not in text, text
+        assert all(word in text for word in words.values()), text

@@ -92,3 +92,40 @@ async def test_a_stream_ends_when_its_session_expires() -> None:
     assert await ended(expiring)
     assert not lasting.done()
     lasting.cancel()
+
+
+async def relay_like(registry: StreamRegistry, who: Owner, ends: list[str]) -> asyncio.Task[None]:
+    """A stream that, like the relays, asks `take_end` on its cancellation:
+    a clean end is consumed (and noted), a cut goes on as a cancellation."""
+    async def stream() -> None:
+        with registry.register(who) as handle:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                if not handle.take_end():
+                    raise
+                ends.append("clean")
+    task = asyncio.create_task(stream())
+    await asyncio.sleep(0)
+    return task
+
+
+async def test_a_cut_followed_by_a_shutdowns_end_stays_a_cut() -> None:
+    """A revocation and the shutdown's `end_all` in the same loop iteration
+    (before the relay runs): the revoked client must not get a clean end
+    (the rest of a watch event, up to 2 s of exec frames)."""
+    registry = registry_without_slots()
+    ws, session, alice = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    ends: list[str] = []
+    task = await relay_like(registry, owner(ws, session, alice), ends)
+    assert registry.cut_session(session) == 1
+    registry.end_all()
+    assert await ended(task) and ends == []
+    # A shutdown's end alone is still a clean end; a cut after it wins.
+    clean = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
+    registry.end_all()
+    assert await asyncio.wait_for(clean, 1) is None and ends == ["clean"]
+    later_cut = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
+    registry.end_all()
+    registry.cut(ws)
+    assert await ended(later_cut) and ends == ["clean"]
