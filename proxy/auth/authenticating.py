@@ -30,6 +30,7 @@ from provisioning.models import User
 from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.auth.oidc_registry import OIDCRegistry, admit
+from proxy.auth.oidc_tokens import InvalidIdToken
 from proxy.expiring import ExpiringMap
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -122,7 +123,8 @@ class Authenticator:
             # The token's session row, on its first use on any replica: a
             # logout revokes it (every replica hears), a suspension of the
             # user ends it, and the token's own expiry bounds it.
-            await repo.ensure_session(self._db, session_id, user.id, identity.expires_at)
+            if not await repo.ensure_session(self._db, session_id, user.id, identity.expires_at):
+                raise InvalidIdToken("this account is suspended", code="user_suspended")  # as `admit` says
             known = (identity.expires_at, session_id)
             self._id_tokens.put(token, known, identity.expires_at.timestamp())
         return Principal(await self._live_user(known[1]), known[1], False, known[0])

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import uuid
+from typing import NoReturn
 
 from aiohttp import web
 
 from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
 from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
@@ -75,18 +78,26 @@ async def login(request: web.Request) -> web.Response:
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)
     if not ok or found is None or found[0].status != "active":
-        await repo.record_audit(db, AuditEvent("Login", found[0].id if found else None, None, ip,
-                                               {"result": "failure"}))
-        raise Unauthenticated(_INVALID_LOGIN, code="invalid_credentials")
-    user = found[0]
-    opened = await signin.open_session(db, settings, user)
-    await repo.record_audit(db, AuditEvent("Login", user.id, None, ip, {"result": "success"}))
+        await _refuse_login(db, found[0].id if found else None, ip)
+    # The session and its audit row together, and only if the user is still
+    # active: a suspension may have come while the password was hashed.
+    signed_in = await signin.open_session(db, settings, found[0].id,
+                                          AuditEvent("Login", found[0].id, None, ip, {"result": "success"}))
+    if signed_in is None:
+        await _refuse_login(db, found[0].id, ip)
+    user, opened = signed_in
     response = web.json_response({
         "token": opened.token, "expires_at": opened.expires_at.isoformat(), "csrf_token": opened.csrf,
         "user": user.public(),
     }, headers={"Cache-Control": "no-store"})
     signin.set_session_cookies(response, opened)
     return response
+
+
+async def _refuse_login(db: Database, user_id: uuid.UUID | None, ip: str | None) -> NoReturn:
+    """One answer for an unknown email, a wrong password and a suspended user."""
+    await repo.record_audit(db, AuditEvent("Login", user_id, None, ip, {"result": "failure"}))
+    raise Unauthenticated(_INVALID_LOGIN, code="invalid_credentials")
 
 
 @routes.post("/api/v1/auth/logout")
