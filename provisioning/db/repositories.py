@@ -187,8 +187,9 @@ async def active_session_user(db: Database, session_id: uuid.UUID) -> User | Non
     return _user(row) if row else None
 
 
-async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
-    """The table's trigger (migration 0004) tells every replica."""
+async def revoke_session(db: asyncpg.Connection | Database, session_id: uuid.UUID) -> None:
+    """The table's trigger (migration 0004) tells every replica (when the
+    caller's transaction, if any, commits)."""
     await db.fetchrow("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
 
 

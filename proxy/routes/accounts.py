@@ -103,9 +103,12 @@ async def _refuse_login(db: Database, user_id: uuid.UUID | None, ip: str | None)
 @routes.post("/api/v1/auth/logout")
 async def logout(request: web.Request) -> web.Response:
     who = await principal(request)
-    db = request.app[keys.DATABASE]
-    await repo.revoke_session(db, who.session_id)
-    await repo.record_audit(db, AuditEvent("Logout", who.user.id, None, client_ip(request), {}))
+    # One transaction with its audit row (as register): a logout that
+    # answered 503 for want of its row has not happened, and can be repeated.
+    async with request.app[keys.DATABASE].transaction() as connection:
+        await repo.revoke_session(connection, who.session_id)
+        await repo.record_audit(connection, AuditEvent("Logout", who.user.id, None, client_ip(request), {}))
+    request.app[keys.AUTHENTICATOR].forget_session(who.session_id)
     response = web.Response(status=204)
     for cookie in (sessions.SESSION_COOKIE, sessions.CSRF_COOKIE):
         response.del_cookie(cookie, path="/", secure=True, samesite="Strict")

@@ -1,5 +1,5 @@
-"""A user's suspension or resume, a device approval and a sign-in
-(password or device) are one transaction with their audit row, against
+"""A user's suspension or resume, a device approval, a sign-in (password
+or device) and a logout are one transaction with their audit row, against
 PostgreSQL: both land, or neither.
 
 The audit write is made to fail for real: PostgreSQL's jsonb refuses the
@@ -172,3 +172,14 @@ async def test_a_device_sign_in_whose_audit_row_fails_can_be_polled_again(gatewa
     assert len(device_logins) == 1
     assert await error_of(await gateway.post("/api/v1/auth/device/token", json=poll)) == (400, "invalid_grant")
 
+
+async def test_a_logout_whose_audit_row_fails_has_not_happened(gateway: Any, database_url: str,
+                                                                db: Database) -> None:
+    user = await register_and_login(gateway)
+    async with audit_rows_refused(database_url, "NEW.action = 'Logout'"):
+        assert await error_of(await user.call("POST", "/api/v1/auth/logout")) == (503, "database_unavailable")
+        assert (await user.call("GET", "/api/v1/me")).status == 200  # still signed in: it can be repeated
+
+    assert (await user.call("POST", "/api/v1/auth/logout")).status == 204
+    assert await error_of(await user.call("GET", "/api/v1/me")) == (401, "session_ended")
+    assert len(await repo.query_audit(db, user_id=uuid.UUID(user.user_id), action="Logout")) == 1
