@@ -13,6 +13,8 @@ class GatewayError(Exception):
     status = 500
     code = "internal_error"
     message = "the gateway could not complete the request"
+    retry_after: int | None = None
+    """Seconds after which a retry may succeed (the `Retry-After` header), where known."""
 
     def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
         self.message = message or self.message
@@ -71,3 +73,13 @@ class ClusterUnavailable(ServiceUnavailable):
 
 class DatabaseUnavailable(ServiceUnavailable):
     code, message = "database_unavailable", "the database is unreachable; retry later"
+
+
+class DatabaseBusy(DatabaseUnavailable):
+    """Every connection the gateway may hold through a long operation is held."""
+
+    code, message = "database_busy", "the database is busy with other long operations; retry shortly"
+
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from provisioning.errors import GatewayError, RateLimited
+from provisioning.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,7 @@ def error_response(request: web.BaseRequest, status: int, code: str, message: st
 
 
 def render(request: web.BaseRequest, error: GatewayError) -> web.Response:
-    retry_after = error.retry_after if isinstance(error, RateLimited) else None
-    return error_response(request, error.status, error.code, error.message, retry_after=retry_after)
+    return error_response(request, error.status, error.code, error.message, retry_after=error.retry_after)
 
 
 def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import warnings
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import asyncpg
 
-from provisioning.errors import BadRequest, DatabaseUnavailable
+from provisioning.errors import BadRequest, DatabaseBusy, DatabaseUnavailable
 
 # Short enough that a hung database turns into a 503 before a client gives
 # up; the gateway's own pool takes GATEWAY_DATABASE_TIMEOUT_SECONDS.
@@ -74,11 +75,18 @@ class Database:
         self.pool = pool
         self._on_checkout = on_checkout
         self._timeout = timeout
-        self.long_holds = asyncio.Semaphore(max(1, pool.get_max_size() // 2))
+        holds = max(1, pool.get_max_size() // 2)
+        self.long_holds = asyncio.Semaphore(holds)
         """Connections held through a long operation (a workspace's status
         lock, which needs a second connection for what it commits meanwhile)
         take at most half the pool: with all of it held, every holder would
-        wait for a second connection that never comes."""
+        wait for a second connection that never comes. Taken through
+        `long_hold`, which bounds the wait."""
+        self._unreserved_long_holds = asyncio.Semaphore(max(1, holds - 1))
+        """All of `long_holds` but one, for everything but the kill switch
+        (onboardings, resumes): a suspension never waits behind those, only
+        behind other suspensions. A pool of fewer than four connections has
+        one long hold, and no room to keep."""
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
@@ -97,6 +105,23 @@ class Database:
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
         return cls(pool, on_checkout, timeout)
+
+    @contextlib.asynccontextmanager
+    async def long_hold(self, *, reserved: bool = False) -> AsyncIterator[None]:
+        """Room for one long hold (`long_holds`), waited for as long as for
+        a pooled connection (the database timeout), then DatabaseBusy (503,
+        Retry-After). `reserved` (the kill switch only) may also take the
+        room the others leave free."""
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        async with contextlib.AsyncExitStack() as taken:
+            for semaphore in (self.long_holds,) if reserved else (self._unreserved_long_holds, self.long_holds):
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await semaphore.acquire()
+                except TimeoutError:
+                    raise DatabaseBusy(math.ceil(self._timeout)) from None
+                taken.callback(semaphore.release)
+            yield
 
     async def close(self, timeout: float = _DEFAULT_TIMEOUT) -> None:
         """Close gracefully, but never for longer than `timeout`: a server that

@@ -309,8 +309,8 @@ async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, serv
 
 
 @contextlib.asynccontextmanager
-async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
-                                wait_seconds: float = 0.0) -> AsyncIterator[None]:
+async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *, wait_seconds: float = 0.0,
+                                kill_switch: bool = False) -> AsyncIterator[None]:
     """Suspend and resume of one workspace, one at a time across replicas.
 
     A transaction-level advisory lock: released at commit, or when a crashed
@@ -319,11 +319,17 @@ async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
     (it waits out the API server's token cache). With it, the caller waits
     that long for the lock first: a suspension is never refused because a
     resume happened to be running.
+
+    Before the lock, the caller waits for room among the pool's long holds
+    (Database.long_hold): at most the database timeout, then 503
+    `database_busy`. A `kill_switch` caller (a suspension) may use the room
+    kept from onboardings and resumes, so however many of those are under
+    way, it waits only for other suspensions.
     """
     key = int.from_bytes(workspace_id.bytes[:8], "big", signed=True)
     # The holder commits its steps on other connections as it goes (each
     # must be seen at once): it holds one and needs another (Database.long_holds).
-    async with db.long_holds, db.transaction() as connection:
+    async with db.long_hold(reserved=kill_switch), db.transaction() as connection:
         if not await _advisory_xact_lock(connection, wait_seconds, key):
             raise Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
                            code="operation_in_progress")
