@@ -75,6 +75,14 @@ class DatabaseUnavailable(ServiceUnavailable):
     code, message = "database_unavailable", "the database is unreachable; retry later"
 
 
+class DatabaseRefused(DatabaseUnavailable):
+    """The server answered, and would not let the gateway in: a wrong
+    password (a credential rotated), a pg_hba rule, a database that is not
+    there. The message says which, and never holds the URL or the password."""
+
+    code, message = "database_refused", "the database refused the gateway's connection"
+
+
 class DatabaseBusy(DatabaseUnavailable):
     """Every connection the gateway may hold through a long operation is held."""
 

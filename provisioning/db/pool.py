@@ -2,7 +2,10 @@
 
 `Database` is the only place asyncpg errors are turned into the gateway's:
 any connection failure, timeout or server shutdown becomes
-DatabaseUnavailable (503), so callers fail closed without catching asyncpg.
+DatabaseUnavailable (503), so callers fail closed without catching asyncpg;
+a server that refuses to let the gateway in while it connects (a wrong
+password after a credential rotation, a pg_hba rule, a database gone)
+becomes its subclass DatabaseRefused, whose one-line message says which.
 
 Pooled connections carry no session state: the gateway never SETs a
 setting, LISTENs (the event listener has its own connection), holds a cursor
@@ -25,7 +28,7 @@ from typing import Any, AsyncIterator, Callable
 
 import asyncpg
 
-from provisioning.errors import BadRequest, DatabaseBusy, DatabaseUnavailable
+from provisioning.errors import BadRequest, DatabaseBusy, DatabaseRefused, DatabaseUnavailable
 
 # Short enough that a hung database turns into a 503 before a client gives
 # up; the gateway's own pool takes GATEWAY_DATABASE_TIMEOUT_SECONDS.
@@ -45,6 +48,16 @@ _UNAVAILABLE = (
     asyncpg.exceptions.PostgresConnectionError,  # 08
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006
 )
+
+
+def _refused(error: asyncpg.PostgresError) -> DatabaseRefused:
+    """What the server said when it would not let the gateway in, in words
+    safe to print and to answer: never its own text (it names the role)."""
+    if isinstance(error, asyncpg.exceptions.InvalidAuthorizationSpecificationError):  # 28000, 28P01
+        return DatabaseRefused("the database refused the gateway's credentials")
+    if isinstance(error, asyncpg.exceptions.InvalidCatalogNameError):  # 3D000
+        return DatabaseRefused("the gateway's database does not exist")
+    return DatabaseRefused(f"the database refused the gateway's connection (SQLSTATE {error.sqlstate})")
 
 
 def start_embedded_postgres(data_dir: Path, *, stop_at_exit: bool = True) -> str:
@@ -104,6 +117,8 @@ class Database:
             )
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
+        except asyncpg.PostgresError as error:
+            raise _refused(error) from error
         return cls(pool, on_checkout, timeout)
 
     @contextlib.asynccontextmanager
@@ -132,13 +147,27 @@ class Database:
         except Exception:  # a timeout included
             self.pool.terminate()
 
+    async def _acquire(self) -> asyncpg.Connection:
+        """A pooled connection. The pool connects afresh for a connection
+        that was closed, and the server may refuse it (DatabaseRefused):
+        errors of the caller's own statements are not this."""
+        try:
+            return await self.pool.acquire(timeout=self._timeout)
+        except _UNAVAILABLE:
+            raise
+        except asyncpg.PostgresError as error:
+            raise _refused(error) from error
+
     @contextlib.asynccontextmanager
     async def connection(self, *, counted: bool = True) -> AsyncIterator[asyncpg.Connection]:
         try:
-            async with self.pool.acquire(timeout=self._timeout) as connection:
+            connection = await self._acquire()
+            try:
                 if counted and self._on_checkout is not None:
                     self._on_checkout()
                 yield connection
+            finally:
+                await self.pool.release(connection)
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
         except (asyncpg.exceptions.CharacterNotInRepertoireError, asyncpg.exceptions.UntranslatableCharacterError):
