@@ -88,3 +88,21 @@ class EventsUnavailable(ServiceUnavailable):
     message = ("this gateway replica cannot open watches, log follows or exec, attach and port-forward "
                "sessions while it reconnects to the database's events; retry in a moment")
     retry_after = 1
+
+
+class DatabaseRefused(DatabaseUnavailable):
+    """The server answered, and would not let the gateway in: a wrong
+    password (a credential rotated), a pg_hba rule, a database that is not
+    there. The message says which, and never holds the URL or the password."""
+
+    code, message = "database_refused", "the database refused the gateway's connection"
+
+
+class DatabaseBusy(DatabaseUnavailable):
+    """Every connection the gateway may hold through a long operation is held."""
+
+    code, message = "database_busy", "the database is busy with other long operations; retry shortly"
+
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

@@ -36,7 +36,9 @@ the cluster stays as suspended as the database says the workspace is.
 Suspend and resume of one workspace never interleave (an advisory lock): a
 resume that finds another operation under way is refused (409), a
 suspension waits for it and then runs, so the kill switch always ends in
-`suspended`. Resume only resumes what is suspended.
+`suspended`. Nor does it queue behind other workspaces' onboardings and
+resumes: those leave room in the pool's long holds for suspensions
+(Database.long_hold). Resume only resumes what is suspended.
 """
 
 from __future__ import annotations
@@ -131,7 +133,8 @@ async def suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor
                   ip_address: str | None) -> Workspace:
     # An administrator's suspension waits for a resume under way (then undoes
     # it) rather than being refused: it is the kill switch.
-    async with repo.workspace_status_lock(db, workspace_id, wait_seconds=SUSPENSION_WAITS_SECONDS):
+    async with repo.workspace_status_lock(db, workspace_id, wait_seconds=SUSPENSION_WAITS_SECONDS,
+                                          kill_switch=True):
         return await _suspend(db, kube, workspace_id, actor, ip_address)
 
 

@@ -2,7 +2,10 @@
 
 `Database` is the only place asyncpg errors are turned into the gateway's:
 any connection failure, timeout or server shutdown becomes
-DatabaseUnavailable (503), so callers fail closed without catching asyncpg.
+DatabaseUnavailable (503), so callers fail closed without catching asyncpg;
+a server that refuses to let the gateway in while it connects (a wrong
+password after a credential rotation, a pg_hba rule, a database gone)
+becomes its subclass DatabaseRefused, whose one-line message says which.
 
 Pooled connections carry no session state: the gateway never SETs a
 setting, LISTENs (the event listener has its own connection), holds a cursor
@@ -18,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import warnings
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import asyncpg
 
-from provisioning.errors import BadRequest, DatabaseUnavailable
+from provisioning.errors import BadRequest, DatabaseBusy, DatabaseRefused, DatabaseUnavailable
 
 # Short enough that a hung database turns into a 503 before a client gives
 # up; the gateway's own pool takes GATEWAY_DATABASE_TIMEOUT_SECONDS.
@@ -44,6 +48,16 @@ _UNAVAILABLE = (
     asyncpg.exceptions.PostgresConnectionError,  # 08
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006
 )
+
+
+def _refused(error: asyncpg.PostgresError) -> DatabaseRefused:
+    """What the server said when it would not let the gateway in, in words
+    safe to print and to answer: never its own text (it names the role)."""
+    if isinstance(error, asyncpg.exceptions.InvalidAuthorizationSpecificationError):  # 28000, 28P01
+        return DatabaseRefused("the database refused the gateway's credentials")
+    if isinstance(error, asyncpg.exceptions.InvalidCatalogNameError):  # 3D000
+        return DatabaseRefused("the gateway's database does not exist")
+    return DatabaseRefused(f"the database refused the gateway's connection (SQLSTATE {error.sqlstate})")
 
 
 def start_embedded_postgres(data_dir: Path, *, stop_at_exit: bool = True) -> str:
@@ -74,11 +88,18 @@ class Database:
         self.pool = pool
         self._on_checkout = on_checkout
         self._timeout = timeout
-        self.long_holds = asyncio.Semaphore(max(1, pool.get_max_size() // 2))
+        holds = max(1, pool.get_max_size() // 2)
+        self.long_holds = asyncio.Semaphore(holds)
         """Connections held through a long operation (a workspace's status
         lock, which needs a second connection for what it commits meanwhile)
         take at most half the pool: with all of it held, every holder would
-        wait for a second connection that never comes."""
+        wait for a second connection that never comes. Taken through
+        `long_hold`, which bounds the wait."""
+        self._unreserved_long_holds = asyncio.Semaphore(max(1, holds - 1))
+        """All of `long_holds` but one, for everything but the kill switch
+        (onboardings, resumes): a suspension never waits behind those, only
+        behind other suspensions. A pool of fewer than four connections has
+        one long hold, and no room to keep."""
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
@@ -96,7 +117,26 @@ class Database:
             )
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
+        except asyncpg.PostgresError as error:
+            raise _refused(error) from error
         return cls(pool, on_checkout, timeout)
+
+    @contextlib.asynccontextmanager
+    async def long_hold(self, *, reserved: bool = False) -> AsyncIterator[None]:
+        """Room for one long hold (`long_holds`), waited for as long as for
+        a pooled connection (the database timeout), then DatabaseBusy (503,
+        Retry-After). `reserved` (the kill switch only) may also take the
+        room the others leave free."""
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        async with contextlib.AsyncExitStack() as taken:
+            for semaphore in (self.long_holds,) if reserved else (self._unreserved_long_holds, self.long_holds):
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await semaphore.acquire()
+                except TimeoutError:
+                    raise DatabaseBusy(math.ceil(self._timeout)) from None
+                taken.callback(semaphore.release)
+            yield
 
     async def close(self, timeout: float = _DEFAULT_TIMEOUT) -> None:
         """Close gracefully, but never for longer than `timeout`: a server that
@@ -107,13 +147,27 @@ class Database:
         except Exception:  # a timeout included
             self.pool.terminate()
 
+    async def _acquire(self) -> asyncpg.Connection:
+        """A pooled connection. The pool connects afresh for a connection
+        that was closed, and the server may refuse it (DatabaseRefused):
+        errors of the caller's own statements are not this."""
+        try:
+            return await self.pool.acquire(timeout=self._timeout)
+        except _UNAVAILABLE:
+            raise
+        except asyncpg.PostgresError as error:
+            raise _refused(error) from error
+
     @contextlib.asynccontextmanager
     async def connection(self, *, counted: bool = True) -> AsyncIterator[asyncpg.Connection]:
         try:
-            async with self.pool.acquire(timeout=self._timeout) as connection:
+            connection = await self._acquire()
+            try:
                 if counted and self._on_checkout is not None:
                     self._on_checkout()
                 yield connection
+            finally:
+                await self.pool.release(connection)
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
         except (asyncpg.exceptions.CharacterNotInRepertoireError, asyncpg.exceptions.UntranslatableCharacterError):

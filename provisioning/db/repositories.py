@@ -7,6 +7,7 @@ rest take the Database and borrow a connection for one statement.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import json
 import uuid
@@ -127,21 +128,45 @@ async def set_user_status(db: Database, user_id: uuid.UUID, status: str, event: 
 
 # -- sessions -----------------------------------------------------------------
 
-async def create_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID,
-                         expires_at: datetime.datetime) -> None:
-    await db.fetchrow(
-        "INSERT INTO sessions (id, user_id, expires_at) VALUES ($1, $2, $3)", session_id, user_id, expires_at
+async def create_session(db: asyncpg.Connection | Database, session_id: uuid.UUID, user_id: uuid.UUID,
+                         expires_at: datetime.datetime, event: AuditEvent) -> User | None:
+    """A new session of the user and its audit row (`event`), all or nothing
+    in one statement, if the user is active now; None, and nothing written,
+    if not (any more).
+
+    What the caller checked before (a password verified in a thread, a code
+    approved minutes ago) may be out of date: the user's row is read again
+    here, FOR SHARE. A suspension (set_user_status) that updated the row
+    first is waited for, and then there is no session; one that comes after
+    waits for this statement, and its revocation then covers the new
+    session too. Either way no session outlives a suspension that began
+    before it was made."""
+    row = await db.fetchrow(
+        f"""WITH active AS (SELECT * FROM users WHERE id = $8 AND status = 'active' FOR SHARE),
+                 opened AS (INSERT INTO sessions (id, user_id, expires_at) SELECT $7, id, $9 FROM active
+                            RETURNING 1),
+                 audited AS ({_INSERT_AUDIT} FROM opened)
+            SELECT * FROM active""",
+        *_audit_row(event), session_id, user_id, expires_at,
     )
+    return _user(row) if row else None
 
 
 async def ensure_session(db: Database, session_id: uuid.UUID, user_id: uuid.UUID,
-                         expires_at: datetime.datetime) -> None:
+                         expires_at: datetime.datetime) -> bool:
     """A session row for a credential the gateway did not issue (a bearer ID
-    token), made by whichever replica sees it first; a revoked one stays revoked."""
-    await db.fetchrow(
-        "INSERT INTO sessions (id, user_id, expires_at) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
+    token), made by whichever replica sees it first; a revoked one stays revoked.
+    False, and no row made, when the user is not active (any more): the
+    user's row is read FOR SHARE, as in create_session, so a suspension
+    under way either ends this session with the others or is seen here."""
+    row = await db.fetchrow(
+        """WITH active AS (SELECT id FROM users WHERE id = $2 AND status = 'active' FOR SHARE),
+                made AS (INSERT INTO sessions (id, user_id, expires_at) SELECT $1, id, $3 FROM active
+                         ON CONFLICT (id) DO NOTHING)
+           SELECT EXISTS (SELECT 1 FROM active) AS active""",
         session_id, user_id, expires_at,
     )
+    return bool(row is not None and row["active"])
 
 
 async def session_ended(db: Database, session_id: uuid.UUID) -> bool:
@@ -162,8 +187,9 @@ async def active_session_user(db: Database, session_id: uuid.UUID) -> User | Non
     return _user(row) if row else None
 
 
-async def revoke_session(db: Database, session_id: uuid.UUID) -> None:
-    """The table's trigger (migration 0004) tells every replica."""
+async def revoke_session(db: asyncpg.Connection | Database, session_id: uuid.UUID) -> None:
+    """The table's trigger (migration 0004) tells every replica (when the
+    caller's transaction, if any, commits)."""
     await db.fetchrow("UPDATE sessions SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL", session_id)
 
 
@@ -215,7 +241,8 @@ async def approve_device_code(db: Database, user_code: str, user_id: uuid.UUID, 
     return row is not None
 
 
-async def consume_device_code(db: Database, device_hash: bytes) -> tuple[str, uuid.UUID | None]:
+async def consume_device_code(db: asyncpg.Connection | Database,
+                              device_hash: bytes) -> tuple[str, uuid.UUID | None]:
     """("unknown"|"expired"|"pending"|"approved", user id). Approved codes are
     consumed in the same statement: exactly one poller gets the session."""
     row = await db.fetchrow(
@@ -232,6 +259,22 @@ async def consume_device_code(db: Database, device_hash: bytes) -> tuple[str, uu
     if not row["live"]:
         return "expired", None
     return "pending", None
+
+
+async def redeem_device_code(db: Database, device_hash: bytes, session_id: uuid.UUID, expires_at: datetime.datetime,
+                             event: AuditEvent) -> tuple[str, User | None]:
+    """consume_device_code, and for an approved code the approving user's
+    session (create_session) with its audit row (`event`, for that user), in
+    one transaction: a failure part-way leaves the code approved and unused,
+    so the next poll gets the session. ("approved", None) when the approving
+    user is no longer active: the code is used up all the same."""
+    async with db.transaction() as connection:
+        outcome, user_id = await consume_device_code(connection, device_hash)
+        if outcome != "approved" or user_id is None:
+            return outcome, None
+        user = await create_session(connection, session_id, user_id, expires_at,
+                                    dataclasses.replace(event, user_id=user_id))
+    return outcome, user
 
 
 # -- workspaces ---------------------------------------------------------------
@@ -266,8 +309,8 @@ async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, serv
 
 
 @contextlib.asynccontextmanager
-async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
-                                wait_seconds: float = 0.0) -> AsyncIterator[None]:
+async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *, wait_seconds: float = 0.0,
+                                kill_switch: bool = False) -> AsyncIterator[None]:
     """Suspend and resume of one workspace, one at a time across replicas.
 
     A transaction-level advisory lock: released at commit, or when a crashed
@@ -276,11 +319,17 @@ async def workspace_status_lock(db: Database, workspace_id: uuid.UUID, *,
     (it waits out the API server's token cache). With it, the caller waits
     that long for the lock first: a suspension is never refused because a
     resume happened to be running.
+
+    Before the lock, the caller waits for room among the pool's long holds
+    (Database.long_hold): at most the database timeout, then 503
+    `database_busy`. A `kill_switch` caller (a suspension) may use the room
+    kept from onboardings and resumes, so however many of those are under
+    way, it waits only for other suspensions.
     """
     key = int.from_bytes(workspace_id.bytes[:8], "big", signed=True)
     # The holder commits its steps on other connections as it goes (each
     # must be seen at once): it holds one and needs another (Database.long_holds).
-    async with db.long_holds, db.transaction() as connection:
+    async with db.long_hold(reserved=kill_switch), db.transaction() as connection:
         if not await _advisory_xact_lock(connection, wait_seconds, key):
             raise Conflict("a suspension or resume of this workspace is already under way; retry when it ends",
                            code="operation_in_progress")

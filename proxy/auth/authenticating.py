@@ -30,6 +30,7 @@ from provisioning.models import User
 from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.auth.oidc_registry import OIDCRegistry, admit
+from proxy.auth.oidc_tokens import InvalidIdToken
 from proxy.expiring import ExpiringMap
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -86,6 +87,12 @@ class Authenticator:
             for session_id in [s for s, u in self._sessions.items() if u.id == user_id]:
                 self._sessions.pop(session_id, None)
 
+    def forget_session(self, session_id: uuid.UUID) -> None:
+        """A session this replica has just ended (logout): its event is on
+        the way, but the client's next request may come first, and the
+        session must stop working at once. Other replicas hear the event."""
+        self._sessions.pop(session_id, None)
+
     def _cached_user(self, session_id: uuid.UUID) -> User | None:
         """What `_live_user` reads first, without its coroutine: the warm path
         of every request, for session tokens and ID tokens alike."""
@@ -122,7 +129,8 @@ class Authenticator:
             # The token's session row, on its first use on any replica: a
             # logout revokes it (every replica hears), a suspension of the
             # user ends it, and the token's own expiry bounds it.
-            await repo.ensure_session(self._db, session_id, user.id, identity.expires_at)
+            if not await repo.ensure_session(self._db, session_id, user.id, identity.expires_at):
+                raise InvalidIdToken("this account is suspended", code="user_suspended")  # as `admit` says
             known = (identity.expires_at, session_id)
             self._id_tokens.put(token, known, identity.expires_at.timestamp())
         return Principal(await self._live_user(known[1]), known[1], False, known[0])

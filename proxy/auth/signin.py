@@ -2,8 +2,9 @@
 
 Password login, the SSO callback and device sign-in all end here, so every
 session has the same shape: a server-side row (logout and suspension end it
-at once), a signed token naming it, the CSRF token derived from it, and the
-same cookies.
+at once) written together with its `Login` audit row and only while the
+user is active, a signed token naming it, the CSRF token derived from it,
+and the same cookies.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from aiohttp import web
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.models import User
+from provisioning.models import AuditEvent, User
 from proxy.auth import sessions
 from proxy.settings import Settings
 
@@ -29,14 +30,41 @@ class OpenedSession:
     max_age: int
 
 
-async def open_session(db: Database, settings: Settings, user: User) -> OpenedSession:
-    session_id = uuid.uuid4()
+@dataclass(frozen=True)
+class PlannedSession:
+    """A session's id and lifetime, chosen before its row is written (the
+    row and the token must agree on both)."""
+
+    id: uuid.UUID
+    started_at: datetime.datetime
+    expires_at: datetime.datetime
+
+
+def plan_session(settings: Settings) -> PlannedSession:
     now = datetime.datetime.now(datetime.timezone.utc)
-    token, expires_at = sessions.mint(settings.session_secret_value, user.id, session_id, now,
+    return PlannedSession(uuid.uuid4(), now, now + datetime.timedelta(seconds=settings.session_ttl_seconds))
+
+
+def issue(settings: Settings, user_id: uuid.UUID, planned: PlannedSession) -> OpenedSession:
+    """The token, CSRF token and cookie lifetime of a session whose row is written."""
+    token, expires_at = sessions.mint(settings.session_secret_value, user_id, planned.id, planned.started_at,
                                       settings.session_ttl_seconds)
-    await repo.create_session(db, session_id, user.id, expires_at)
-    return OpenedSession(token, expires_at, sessions.csrf_token(settings.session_secret_value, session_id),
+    assert expires_at == planned.expires_at
+    return OpenedSession(token, expires_at, sessions.csrf_token(settings.session_secret_value, planned.id),
                          settings.session_ttl_seconds)
+
+
+async def open_session(db: Database, settings: Settings, user_id: uuid.UUID,
+                       event: AuditEvent) -> tuple[User, OpenedSession] | None:
+    """A session of the user, written with its audit row `event` (both or
+    neither), and the user as the database has them now; None (nothing
+    written) if the user is not active any more, whatever the caller read
+    before: the caller refuses as it refuses a suspended user."""
+    planned = plan_session(settings)
+    user = await repo.create_session(db, planned.id, user_id, planned.expires_at, event)
+    if user is None:
+        return None
+    return user, issue(settings, user.id, planned)
 
 
 def set_session_cookies(response: web.StreamResponse, opened: OpenedSession) -> None:

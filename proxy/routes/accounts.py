@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import uuid
+from typing import NoReturn
 
 from aiohttp import web
 
 from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
 from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
@@ -75,12 +78,14 @@ async def login(request: web.Request) -> web.Response:
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)
     if not ok or found is None or found[0].status != "active":
-        await repo.record_audit(db, AuditEvent("Login", found[0].id if found else None, None, ip,
-                                               {"result": "failure"}))
-        raise Unauthenticated(_INVALID_LOGIN, code="invalid_credentials")
-    user = found[0]
-    opened = await signin.open_session(db, settings, user)
-    await repo.record_audit(db, AuditEvent("Login", user.id, None, ip, {"result": "success"}))
+        await _refuse_login(db, found[0].id if found else None, ip)
+    # The session and its audit row together, and only if the user is still
+    # active: a suspension may have come while the password was hashed.
+    signed_in = await signin.open_session(db, settings, found[0].id,
+                                          AuditEvent("Login", found[0].id, None, ip, {"result": "success"}))
+    if signed_in is None:
+        await _refuse_login(db, found[0].id, ip)
+    user, opened = signed_in
     response = web.json_response({
         "token": opened.token, "expires_at": opened.expires_at.isoformat(), "csrf_token": opened.csrf,
         "user": user.public(),
@@ -89,12 +94,21 @@ async def login(request: web.Request) -> web.Response:
     return response
 
 
+async def _refuse_login(db: Database, user_id: uuid.UUID | None, ip: str | None) -> NoReturn:
+    """One answer for an unknown email, a wrong password and a suspended user."""
+    await repo.record_audit(db, AuditEvent("Login", user_id, None, ip, {"result": "failure"}))
+    raise Unauthenticated(_INVALID_LOGIN, code="invalid_credentials")
+
+
 @routes.post("/api/v1/auth/logout")
 async def logout(request: web.Request) -> web.Response:
     who = await principal(request)
-    db = request.app[keys.DATABASE]
-    await repo.revoke_session(db, who.session_id)
-    await repo.record_audit(db, AuditEvent("Logout", who.user.id, None, client_ip(request), {}))
+    # One transaction with its audit row (as register): a logout that
+    # answered 503 for want of its row has not happened, and can be repeated.
+    async with request.app[keys.DATABASE].transaction() as connection:
+        await repo.revoke_session(connection, who.session_id)
+        await repo.record_audit(connection, AuditEvent("Logout", who.user.id, None, client_ip(request), {}))
+    request.app[keys.AUTHENTICATOR].forget_session(who.session_id)
     response = web.Response(status=204)
     for cookie in (sessions.SESSION_COOKIE, sessions.CSRF_COOKIE):
         response.del_cookie(cookie, path="/", secure=True, samesite="Strict")

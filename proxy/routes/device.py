@@ -101,16 +101,19 @@ async def token(request: web.Request) -> web.Response:
     device_code = body.get("device_code")
     if not isinstance(device_code, str) or not device_code or len(device_code) > _MAX_CODE:
         raise DeviceError("device_code is required", code="invalid_request")
-    outcome, user_id = await repo.consume_device_code(db, oidc_flow.digest(device_code))
+    # The code used up, the session and its audit row: one transaction, so
+    # a failure part-way leaves the code to the next poll, not spent on a
+    # session nobody got. The approving user must still be active.
+    planned = signin.plan_session(settings)
+    outcome, user = await repo.redeem_device_code(
+        db, oidc_flow.digest(device_code), planned.id, planned.expires_at,
+        AuditEvent("Login", None, None, client_ip(request), {"result": "success", "method": "device"}))
     if outcome == "pending":
         raise DeviceError("not approved yet; keep polling", code="authorization_pending")
     if outcome == "expired":
         raise DeviceError("the code expired; run `tenant-gateway login` again", code="expired_token")
-    user = await repo.get_user(db, user_id) if user_id is not None else None
-    if user is None or user.status != "active":
+    if user is None:
         raise DeviceError("unknown or used device code", code="invalid_grant")
-    opened = await signin.open_session(db, settings, user)
-    await repo.record_audit(db, AuditEvent("Login", user.id, None, client_ip(request),
-                                           {"result": "success", "method": "device"}))
+    opened = signin.issue(settings, user.id, planned)
     return web.json_response({"token": opened.token, "expires_at": opened.expires_at.isoformat()},
                              headers={"Cache-Control": "no-store"})

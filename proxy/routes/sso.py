@@ -19,6 +19,7 @@ from provisioning.models import AuditEvent
 from proxy import keys, ratelimit
 from proxy.auth import oidc_flow, signin
 from proxy.auth.oidc_registry import admit
+from proxy.auth.oidc_tokens import InvalidIdToken
 from proxy.routes.common import client_ip, public_origin, rate_address
 
 routes = web.RouteTableDef()
@@ -96,13 +97,18 @@ async def callback(request: web.Request) -> web.Response:
         id_token = await client.exchange_code(code, record["code_verifier"], record["redirect_uri"])
         identity = await client.verify(id_token, audiences=(provider.client_id,), nonce=record["nonce"])
         user = await admit(db, provider, identity)
+        # With its audit row, and only if the user is still active (a
+        # suspension may have come since `admit` read the row).
+        signed_in = await signin.open_session(db, settings, user.id, AuditEvent(
+            "Login", user.id, None, ip, {"result": "success", "method": "oidc"}))
+        if signed_in is None:
+            raise InvalidIdToken("this account is suspended", code="user_suspended")
     except GatewayError as error:
         if error.status == 401:
             await repo.record_audit(db, AuditEvent("Login", None, None, ip, {
                 "result": "failure", "provider": provider.name, "reason": error.code}))
         raise
-    opened = await signin.open_session(db, settings, user)
-    await repo.record_audit(db, AuditEvent("Login", user.id, None, ip, {"result": "success", "method": "oidc"}))
+    _, opened = signed_in
     response = web.Response(status=302, headers={"Location": record["next_path"], "Cache-Control": "no-store"})
     signin.set_session_cookies(response, opened)
     response.del_cookie(oidc_flow.BROWSER_COOKIE, path=_PREFIX + "/", secure=True, samesite="Lax")

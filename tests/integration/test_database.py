@@ -79,7 +79,7 @@ async def test_user_and_session_changes_reach_the_replicas_from_the_database(dat
         first, second = uuid.uuid4(), uuid.uuid4()
         for session_id in (first, second):
             await repo.create_session(db, session_id, user.id, datetime.datetime.now(datetime.timezone.utc)
-                                      + datetime.timedelta(hours=1))
+                                      + datetime.timedelta(hours=1), AuditEvent("Login", user.id, None, None, {}))
         await repo.revoke_session(db, first)
         await repo.revoke_session(db, first)  # already revoked: nothing new to say
         await repo.set_user_status(db, user.id, "suspended", AuditEvent("SuspendUser", None, None, None, {}))
