@@ -47,6 +47,16 @@ def _context(ca_file: str | None) -> "ssl.SSLContext":
     return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
 
 
+def _no_redirect_handler() -> type:
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # not followed: the 3xx comes back as an HTTPError
+
+    return NoRedirect
+
+
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
           token: str | None = None) -> tuple[int, Any]:
     import http.client
@@ -60,9 +70,13 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(gateway + path, data=data, method=method, headers=headers)
+    # No redirect is followed: urllib would send the Authorization header
+    # (the session) on to wherever it points, even from https to http.
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=_context(ca_file)),
+                                          _no_redirect_handler())
     try:
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT, context=_context(ca_file)) as answer:
+            with opener.open(request, timeout=_TIMEOUT) as answer:
                 status, raw = answer.status, answer.read()
         except urllib.error.HTTPError as error:
             status, raw = error.code, error.read()
@@ -73,6 +87,9 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
         # An answer cut short (IncompleteRead) or not HTTP at all: not an
         # OSError, and the contract promises one line, not a traceback.
         raise CommandError(f"the gateway at {gateway} sent a broken answer ({type(error).__name__})") from None
+    if 300 <= status < 400:
+        raise CommandError(f"the gateway at {gateway} answered {status} (a redirect); refusing to follow it: "
+                           "is --gateway the gateway's own URL?")
     try:
         return status, json.loads(raw) if raw else None
     except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser's stack

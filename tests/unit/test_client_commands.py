@@ -26,6 +26,7 @@ class CannedServer:
 
     def __init__(self, responses: list[bytes]) -> None:
         self._responses = list(responses)
+        self.requests: list[bytes] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -39,17 +40,22 @@ class CannedServer:
                 return
             with connection:
                 connection.settimeout(5)
-                if self._read_request(connection):
-                    connection.sendall(self._responses.pop(0))
+                request = self._read_request(connection)
+                if request is not None:
+                    self.requests.append(request)
+                    try:
+                        connection.sendall(self._responses.pop(0))
+                    except OSError:  # the client hung up before reading it all
+                        pass
 
     @staticmethod
-    def _read_request(connection: socket.socket) -> bool:
+    def _read_request(connection: socket.socket) -> bytes | None:
         """The whole request, body included: closing with bytes unread would reset the connection."""
         request = b""
         while b"\r\n\r\n" not in request:
             chunk = connection.recv(65536)
             if not chunk:
-                return False
+                return None
             request += chunk
         head, _, body = request.partition(b"\r\n\r\n")
         length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
@@ -57,19 +63,24 @@ class CannedServer:
         while len(body) < length:
             chunk = connection.recv(65536)
             if not chunk:
-                return False
+                return None
             body += chunk
-        return True
+        return head + b"\r\n\r\n" + body
 
     def close(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept()
+        except OSError:
+            pass
         self._listener.close()
         self._thread.join(timeout=5)
 
 
-def answer(body: bytes, *, status: str = "200 OK", content_length: int | None = None) -> bytes:
+def answer(body: bytes, *, status: str = "200 OK", content_length: int | None = None,
+           headers: str = "") -> bytes:
     length = len(body) if content_length is None else content_length
     return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n"
-            f"Connection: close\r\n\r\n").encode() + body
+            f"{headers}Connection: close\r\n\r\n").encode() + body
 
 
 def device_start(**fields: object) -> bytes:
@@ -159,3 +170,29 @@ def test_a_token_answer_nested_past_the_parsers_stack_is_one_line(capsys: pytest
 def test_a_poll_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = login_failure(capsys, device_start(interval=1), answer(b'{"tok', content_length=50))
     assert "broken answer" in line
+
+
+def signed_in(server: CannedServer, **entry: object) -> None:
+    """A stored session for `server` (no cached token unless `entry` has one)."""
+    store.write(store.credentials_path(), {"gateways": {server.url: {"session": "s", "tokens": {}, **entry}}})
+
+
+def credential(server: CannedServer, workspace: str = "w") -> list[str]:
+    return ["credential", "--gateway", server.url, "--workspace", workspace]
+
+
+@pytest.mark.parametrize("status", ["301 Moved Permanently", "302 Found", "303 See Other",
+                                    "307 Temporary Redirect", "308 Permanent Redirect", "300 Multiple Choices"])
+def test_a_redirect_is_refused_and_the_session_goes_nowhere_else(
+        capsys: pytest.CaptureFixture[str], status: str) -> None:
+    """urllib would follow it, copying `Authorization: Bearer <session>` to the new host."""
+    elsewhere = CannedServer([answer(b'{"token": "t", "expires_at": "2999-01-01T00:00:00Z"}')])
+    server = CannedServer([answer(b"", status=status, headers=f"Location: {elsewhere.url}/steal\r\n")])
+    signed_in(server)
+    try:
+        line = one_line_failure(capsys, credential(server))
+    finally:
+        server.close()
+        elsewhere.close()
+    assert "redirect" in line and elsewhere.requests == []
+    assert b"Authorization: Bearer s" in server.requests[0]
