@@ -23,6 +23,8 @@ from proxy.client import store
 from proxy.client.cached import cached_token, exec_credential, parse_time
 
 _TIMEOUT = 30
+"""Seconds for one whole exchange with the gateway, connection to last byte (not per read)."""
+_MAX_ANSWER_BYTES = 1 << 20  # the largest answer read (a token answer is a few KiB)
 # Bounds on what the gateway's device sign-in answer may ask of the command
 # line: a hostile or broken answer must not make it poll in a tight loop or
 # sleep for ever.
@@ -57,9 +59,21 @@ def _no_redirect_handler() -> type:
     return NoRedirect
 
 
+def _read_capped(answer: Any) -> bytes:
+    """At most _MAX_ANSWER_BYTES + 1 bytes; IncompleteRead if fewer came than Content-Length promised."""
+    import http.client
+
+    raw: bytes = answer.read(_MAX_ANSWER_BYTES + 1)
+    declared = answer.headers.get("Content-Length", "")
+    if len(raw) <= _MAX_ANSWER_BYTES and declared.isdigit() and int(declared) > len(raw):
+        raise http.client.IncompleteRead(raw, int(declared) - len(raw))
+    return raw
+
+
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
           token: str | None = None) -> tuple[int, Any]:
     import http.client
+    import threading
     import urllib.error
     import urllib.request
 
@@ -73,20 +87,41 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
     # No redirect is followed: urllib would send the Authorization header
     # (the session) on to wherever it points, even from https to http.
     opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=_context(ca_file)),
-                                          _no_redirect_handler())
-    try:
+                                         _no_redirect_handler())
+    outcome: list[tuple[int, bytes] | BaseException] = []
+
+    def exchange() -> None:
         try:
-            with opener.open(request, timeout=_TIMEOUT) as answer:
-                status, raw = answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            status, raw = error.code, error.read()
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise CommandError(f"cannot reach the gateway at {gateway}: {reason}") from None
-    except http.client.HTTPException as error:
+            try:
+                with opener.open(request, timeout=_TIMEOUT) as answer:
+                    outcome.append((answer.status, _read_capped(answer)))
+            except urllib.error.HTTPError as error:
+                with error:
+                    outcome.append((error.code, _read_capped(error)))
+        except BaseException as error:
+            outcome.append(error)
+
+    # The socket timeout bounds each read, not the exchange: a gateway that
+    # sends a byte every few seconds would hold kubectl for ever. The thread
+    # is abandoned at the deadline (a daemon: it cannot keep the command alive).
+    worker = threading.Thread(target=exchange, daemon=True)
+    worker.start()
+    worker.join(_TIMEOUT)
+    if not outcome:
+        raise CommandError(f"the gateway at {gateway} did not answer within {_TIMEOUT} s")
+    result = outcome[0]
+    if isinstance(result, (urllib.error.URLError, OSError)):
+        reason = getattr(result, "reason", result)
+        raise CommandError(f"cannot reach the gateway at {gateway}: {reason}")
+    if isinstance(result, http.client.HTTPException):
         # An answer cut short (IncompleteRead) or not HTTP at all: not an
         # OSError, and the contract promises one line, not a traceback.
-        raise CommandError(f"the gateway at {gateway} sent a broken answer ({type(error).__name__})") from None
+        raise CommandError(f"the gateway at {gateway} sent a broken answer ({type(result).__name__})")
+    if isinstance(result, BaseException):
+        raise result
+    status, raw = result
+    if len(raw) > _MAX_ANSWER_BYTES:
+        raise CommandError(f"the gateway at {gateway} sent an answer larger than 1 MiB")
     if 300 <= status < 400:
         raise CommandError(f"the gateway at {gateway} answered {status} (a redirect); refusing to follow it: "
                            "is --gateway the gateway's own URL?")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -196,3 +197,70 @@ def test_a_redirect_is_refused_and_the_session_goes_nowhere_else(
         elsewhere.close()
     assert "redirect" in line and elsewhere.requests == []
     assert b"Authorization: Bearer s" in server.requests[0]
+
+
+class DrippingServer:
+    """Reads a request, then sends `head` and one byte of `drip` every 50 ms until the client hangs up."""
+
+    def __init__(self, head: bytes, drip: bytes) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._head, self._drip = head, drip
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self._listener.accept()
+        except OSError:
+            return
+        with connection:
+            try:
+                connection.recv(65536)
+                connection.sendall(self._head)
+                for byte in self._drip:
+                    if self._stop.wait(0.05):
+                        return
+                    connection.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("head, drip", [
+    (b"", b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000),  # headers that never end
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n", b" " * 10_000),  # a body that never ends
+], ids=["headers", "body"])
+def test_an_answer_that_drips_is_cut_off_at_the_deadline(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, head: bytes, drip: bytes) -> None:
+    """Each byte comes well within the per-read timeout; the whole exchange still ends on time."""
+    monkeypatch.setattr(commands, "_TIMEOUT", 1)
+    server = DrippingServer(head, drip)
+    signed_in(server)  # type: ignore[arg-type]
+    started = time.monotonic()
+    try:
+        line = one_line_failure(capsys, credential(server))  # type: ignore[arg-type]
+    finally:
+        server.close()
+    assert "did not answer within 1 s" in line
+    assert time.monotonic() - started < 3
+
+
+def test_an_answer_larger_than_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    body = b'{"token": "' + b"t" * (1 << 20) + b'"}'
+    server = CannedServer([answer(body)])
+    signed_in(server)
+    try:
+        line = one_line_failure(capsys, credential(server))
+    finally:
+        server.close()
+    assert "answer larger than 1 MiB" in line
