@@ -37,7 +37,10 @@ class CommandError(Exception):
 
 
 def _gateway(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. "https://[::1": an unclosed IPv6 bracket
+        parts = urllib.parse.SplitResult("", "", "", "", "")
     if parts.scheme not in ("https", "http") or not parts.netloc:
         raise CommandError(f"--gateway must be the gateway's URL, e.g. https://gateway.example (got {url!r})")
     return f"{parts.scheme}://{parts.netloc}"
@@ -176,7 +179,7 @@ def cmd_login(args: argparse.Namespace) -> int:
             path = store.credentials_path()
             with store.locked(path):
                 document = store.read(path)
-                document.setdefault("gateways", {})[gateway] = {
+                _gateways(document)[gateway] = {
                     "session": answer["token"], "expires_at": answer.get("expires_at"), "ca_file": ca_file,
                     "tokens": {}}
                 store.write(path, document)
@@ -190,10 +193,20 @@ def cmd_login(args: argparse.Namespace) -> int:
     raise CommandError("sign-in was not approved in time; run `tenant-gateway login` again")
 
 
+def _gateways(document: dict[str, Any]) -> dict[str, Any]:
+    """The file's entry per gateway; a hand-edited "gateways" that is not an object reads as none."""
+    if not isinstance(document.get("gateways"), dict):
+        document["gateways"] = {}
+    gateways: dict[str, Any] = document["gateways"]
+    return gateways
+
+
 def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:
-    entry = document.get("gateways", {}).get(gateway)
+    entry = _gateways(document).get(gateway)
     if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
         raise CommandError(f"not signed in to {gateway}; run `tenant-gateway login --gateway {gateway}`")
+    if not isinstance(entry.get("tokens"), dict):
+        entry["tokens"] = {}  # a cache: what is not one is forgotten
     return entry
 
 
@@ -208,7 +221,7 @@ def cmd_credential(args: argparse.Namespace) -> int:
             found = cached_token(entry, workspace)  # another kubectl may have minted while we waited
             if found is None:
                 found = _mint(gateway, workspace, entry)
-                entry.setdefault("tokens", {})[workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
+                entry["tokens"][workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
                 store.write(path, document)
     print(exec_credential(*found))
     return 0
@@ -233,7 +246,7 @@ def cmd_logout(args: argparse.Namespace) -> int:
     path = store.credentials_path()
     with store.locked(path):
         document = store.read(path)
-        entry = document.get("gateways", {}).pop(gateway, None)
+        entry = _gateways(document).pop(gateway, None)
         store.write(path, document)  # forgotten here whatever the gateway says
     if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
         print(f"not signed in to {gateway}", file=sys.stderr)

@@ -10,6 +10,7 @@ would any gateway's.
 
 from __future__ import annotations
 
+import datetime
 import json
 import socket
 import threading
@@ -264,3 +265,42 @@ def test_an_answer_larger_than_the_cap_is_refused(capsys: pytest.CaptureFixture[
     finally:
         server.close()
     assert "answer larger than 1 MiB" in line
+
+
+@pytest.mark.parametrize("command", ["login", "credential", "logout"])
+def test_a_gateway_url_urllib_cannot_parse_is_one_line(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    argv = [command, "--gateway", "https://[::1"] + (["--workspace", "w"] if command == "credential" else [])
+    assert "--gateway must be the gateway's URL" in one_line_failure(capsys, argv)
+
+
+@pytest.mark.parametrize("gateways", [[], "x", 7, None])
+def test_a_credentials_file_whose_gateways_is_not_an_object_reads_as_signed_out(
+        capsys: pytest.CaptureFixture[str], gateways: object) -> None:
+    """Hand-edited: `credential` says to log in, `logout` has nothing to end, `login` starts afresh."""
+    path = store.credentials_path()
+    store.write(path, {"gateways": gateways})
+    line = one_line_failure(capsys, ["credential", "--gateway", "https://gw.example", "--workspace", "w"])
+    assert "not signed in to https://gw.example" in line
+    assert commands.main(["logout", "--gateway", "https://gw.example"]) == 0
+    assert "not signed in" in capsys.readouterr().err
+    store.write(path, {"gateways": gateways})
+    server = CannedServer([device_start(), answer(b'{"token": "new", "expires_at": "2999-01-01T00:00:00Z"}')])
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    assert store.read(path)["gateways"][server.url]["session"] == "new"
+
+
+def test_cached_tokens_that_are_not_an_object_are_minted_afresh(capsys: pytest.CaptureFixture[str]) -> None:
+    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": _in(3600)}).encode())])
+    signed_in(server, tokens=["junk"])
+    try:
+        assert commands.main(credential(server)) == 0
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "t"
+
+
+def _in(seconds: float) -> str:
+    return (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)).isoformat()
