@@ -5,7 +5,7 @@ always the token is cached. This module answers that case with json,
 datetime and os only: argparse (which also pulls in shutil and gettext),
 pathlib, urllib and typing were half of the command's start-up. It answers
 only the form kubectl's exec plugin runs, `credential --gateway URL
---workspace ID` (the URL already as `scheme://host[:port]`), from a token
+--workspace ID` (the URL already as `https://host[:port]`), from a token
 still good; anything else (no cached token, an error to report, --help,
 another spelling of the arguments) gets None and goes to
 proxy.client.commands, which handles every case as before, from the start.
@@ -77,7 +77,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
 def _plain_origin(url: str) -> bool:
     """`https://host[:port]` exactly: what proxy.client.commands would normalise to itself."""
     scheme, separator, rest = url.partition("://")
-    return scheme in ("https", "http") and bool(separator) and bool(rest) and set(rest) <= _ORIGIN_CHARACTERS
+    return scheme == "https" and bool(separator) and bool(rest) and set(rest) <= _ORIGIN_CHARACTERS
 
 
 def answer(argv: Sequence[str]) -> int | None:

@@ -43,7 +43,21 @@ def _gateway(url: str) -> str:
         parts = urllib.parse.SplitResult("", "", "", "", "")
     if parts.scheme not in ("https", "http") or not parts.netloc:
         raise CommandError(f"--gateway must be the gateway's URL, e.g. https://gateway.example (got {url!r})")
+    if parts.scheme == "http" and not _loopback(parts.hostname or ""):
+        raise CommandError(f"--gateway {url} is plain http: the session would cross the network unencrypted; "
+                           "use https (plain http is only for this machine: localhost, 127.0.0.0/8, [::1])")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _context(ca_file: str | None) -> "ssl.SSLContext":

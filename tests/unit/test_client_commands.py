@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from proxy.client import commands, store
+from proxy.client import cached, commands, store
 
 
 class CannedServer:
@@ -304,3 +304,24 @@ def test_cached_tokens_that_are_not_an_object_are_minted_afresh(capsys: pytest.C
 
 def _in(seconds: float) -> str:
     return (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.mark.parametrize("command", ["login", "credential", "logout"])
+@pytest.mark.parametrize("url", ["http://gw.example", "http://10.0.0.1:8080", "http://[fe80::1]", "http://127.0.0.1.nip.io"])
+def test_plain_http_is_refused_for_a_gateway_off_this_machine(
+        capsys: pytest.CaptureFixture[str], command: str, url: str) -> None:
+    """A bearer session would cross the network in clear text."""
+    argv = [command, "--gateway", url] + (["--workspace", "w"] if command == "credential" else [])
+    assert "plain http" in one_line_failure(capsys, argv)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "[::1]", "localhost", "LocalHost"])
+def test_plain_http_is_accepted_on_loopback(host: str) -> None:
+    assert commands._gateway(f"http://{host}:8080") == f"http://{host}:8080"
+
+
+def test_a_token_cached_for_a_plain_http_gateway_is_not_answered_from_the_cache() -> None:
+    """Stored before http was refused: the fast path leaves it to `credential`, which refuses it."""
+    store.write(store.credentials_path(), {"gateways": {"http://gw.example": {
+        "session": "s", "tokens": {"w": {"token": "t", "expires_at": _in(3600)}}}}})
+    assert cached.answer(["--gateway", "http://gw.example", "--workspace", "w"]) is None
