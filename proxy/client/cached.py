@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 REFRESH_MARGIN = datetime.timedelta(minutes=10)
 """A cached token is used until this long before it expires (kubectl may run a long command with it)."""
+LONGEST_LIFETIME = datetime.timedelta(hours=2, minutes=5)
+"""No token expires later than this from now: the contract's 2 hours, and 5 minutes of clock skew."""
 _ORIGIN_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")
 
 
@@ -52,7 +54,7 @@ def cached_token(entry: dict[str, Any], workspace: str) -> tuple[str, datetime.d
     if not isinstance(cached, dict) or not isinstance(cached.get("token"), str):
         return None
     expires_at = parse_time(cached.get("expires_at"))
-    if expires_at is None or expires_at - now() <= REFRESH_MARGIN:
+    if expires_at is None or not REFRESH_MARGIN < expires_at - now() <= LONGEST_LIFETIME:
         return None
     return cached["token"], expires_at
 

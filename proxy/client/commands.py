@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import ssl
 
 from proxy.client import store
-from proxy.client.cached import cached_token, exec_credential, parse_time
+from proxy.client.cached import LONGEST_LIFETIME, cached_token, exec_credential, now, parse_time
 
 _TIMEOUT = 30
 """Seconds for one whole exchange with the gateway, connection to last byte (not per read)."""
@@ -250,8 +250,8 @@ def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, dat
     if status != 200 or not isinstance(body, dict) or not isinstance(body.get("token"), str):
         raise CommandError(f"no token for workspace {workspace}: {_error_text(status, body)}")
     expires_at = parse_time(body.get("expires_at"))
-    if expires_at is None:
-        raise CommandError("the gateway's answer had no valid expiry")
+    if expires_at is None or not now() < expires_at <= now() + LONGEST_LIFETIME:
+        raise CommandError("the gateway's answer had no valid expiry (the tokens it mints last 2 hours at most)")
     return body["token"], expires_at
 
 

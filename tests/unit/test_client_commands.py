@@ -325,3 +325,32 @@ def test_a_token_cached_for_a_plain_http_gateway_is_not_answered_from_the_cache(
     store.write(store.credentials_path(), {"gateways": {"http://gw.example": {
         "session": "s", "tokens": {"w": {"token": "t", "expires_at": _in(3600)}}}}})
     assert cached.answer(["--gateway", "http://gw.example", "--workspace", "w"]) is None
+
+
+FAR = "9999-12-31T23:59:59-12:00"  # past datetime's range once in UTC
+
+
+@pytest.mark.parametrize("expires_at", [FAR, "2000-01-01T00:00:00Z", _in(-5), _in(3 * 3600), "soon", None])
+def test_a_minted_token_whose_expiry_is_not_within_its_lifetime_is_refused(
+        capsys: pytest.CaptureFixture[str], expires_at: object) -> None:
+    """Not in the past, not later than the contract's 2 hours (plus a little clock skew) from now."""
+    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": expires_at}).encode())])
+    signed_in(server)
+    try:
+        line = one_line_failure(capsys, credential(server))
+    finally:
+        server.close()
+    assert "no valid expiry" in line
+    assert store.read(store.credentials_path())["gateways"][server.url]["tokens"] == {}  # nothing cached
+
+
+def test_a_cached_token_whose_expiry_is_out_of_range_is_minted_afresh(capsys: pytest.CaptureFixture[str]) -> None:
+    """Written by an older version or by hand: neither path turns it into a traceback."""
+    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200)}).encode())])
+    signed_in(server, tokens={"w": {"token": "old", "expires_at": FAR, "minted_at": _in(0)}})
+    try:
+        assert cached.answer(["--gateway", server.url, "--workspace", "w"]) is None
+        assert commands.main(credential(server)) == 0
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "new"
