@@ -354,3 +354,29 @@ def test_a_cached_token_whose_expiry_is_out_of_range_is_minted_afresh(capsys: py
     finally:
         server.close()
     assert json.loads(capsys.readouterr().out)["status"]["token"] == "new"
+
+
+@pytest.mark.parametrize("minted_at", [_in(-301), _in(120), None], ids=["over-5-minutes-ago", "in-the-future", "unknown"])
+def test_a_cached_token_is_reused_for_five_minutes_after_minting_at_most(
+        capsys: pytest.CaptureFixture[str], minted_at: str | None) -> None:
+    """The plugin cannot see kubectl's 401: after a suspend and resume the workspace's
+    ServiceAccount is new and every earlier token dead, so reuse is bounded by age, not only by expiry."""
+    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200)}).encode())])
+    old = {"session": "s", "tokens": {"w": {"token": "old", "expires_at": _in(3600), "minted_at": minted_at}}}
+    store.write(store.credentials_path(), {"gateways": {server.url: old, "https://gw.example": old}})
+    try:
+        assert cached.answer(["--gateway", "https://gw.example", "--workspace", "w"]) is None  # the fast path
+        assert commands.main(credential(server)) == 0  # the full path
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "new"
+    stored = store.read(store.credentials_path())["gateways"][server.url]["tokens"]["w"]
+    stamped = cached.parse_time(stored["minted_at"])
+    assert stored["token"] == "new" and stamped and abs(stamped - cached.now()).total_seconds() < 5
+
+
+def test_a_token_minted_within_five_minutes_is_answered_from_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    entry = {"session": "s", "tokens": {"w": {"token": "t", "expires_at": _in(7000), "minted_at": _in(-290)}}}
+    store.write(store.credentials_path(), {"gateways": {"https://gw.example": entry}})
+    assert cached.answer(["--gateway", "https://gw.example", "--workspace", "w"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "t"
