@@ -167,6 +167,39 @@ def _error_text(status: int, body: Any) -> str:
     return f"{message} ({status})" if message else f"the gateway answered {status}"
 
 
+def _printable(text: Any) -> str:
+    """`text` without control characters: what the gateway sends cannot drive the terminal or add a line."""
+    return "".join(character for character in str(text) if character.isprintable())
+
+
+def _sign_in_link(gateway: str, started: dict[str, Any]) -> str:
+    """The device answer's link, printed and handed to a browser only if it is on the gateway's own origin.
+
+    So never another scheme (file:, a desktop's URL handlers), another site, or an argument for the
+    browser's command line (every accepted link starts with http:// or https://).
+    """
+    for name in ("verification_uri_complete", "verification_uri"):
+        link = started.get(name)
+        if isinstance(link, str) and _same_origin(link, gateway):
+            return link
+    raise CommandError(f"device sign-in could not start: the gateway's sign-in link is not on the gateway ({gateway}); "
+                       "is --gateway its public URL?")
+
+
+def _same_origin(link: str, gateway: str) -> bool:
+    # Printable ASCII without blanks or backslashes (which browsers, unlike urlsplit, read as "/").
+    if not (link.isascii() and link.isprintable()) or " " in link or "\\" in link:
+        return False
+    default_ports = {"http": 80, "https": 443}
+    try:
+        theirs, ours = urllib.parse.urlsplit(link), urllib.parse.urlsplit(gateway)
+        return (link.startswith(f"{ours.scheme}://") and theirs.scheme == ours.scheme
+                and "@" not in theirs.netloc and theirs.hostname == ours.hostname
+                and (theirs.port or default_ports[theirs.scheme]) == (ours.port or default_ports[ours.scheme]))
+    except ValueError:  # a port out of range or not a number
+        return False
+
+
 def cmd_login(args: argparse.Namespace) -> int:
     gateway = _gateway(args.gateway)
     ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
@@ -176,8 +209,9 @@ def cmd_login(args: argparse.Namespace) -> int:
         raise CommandError(f"device sign-in could not start: {_error_text(status, started)}")
     interval = _seconds(started, "interval", 5, _MAX_INTERVAL)
     deadline = time.monotonic() + _seconds(started, "expires_in", 600, _MAX_EXPIRES_IN)
-    link = str(started.get("verification_uri_complete") or started.get("verification_uri"))
-    print(f"To sign in, open {link}\nand approve the code {started.get('user_code')}", file=sys.stderr, flush=True)
+    link = _sign_in_link(gateway, started)
+    print(f"To sign in, open {link}\nand approve the code {_printable(started.get('user_code'))}", file=sys.stderr,
+          flush=True)
     if not args.no_browser:
         import webbrowser
 
@@ -298,7 +332,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         return COMMANDS[args.command](args)
     except CommandError as error:
-        print(f"tenant-gateway: {error}", file=sys.stderr)
+        print(f"tenant-gateway: {_printable(error)}", file=sys.stderr)  # it may quote the gateway's answer
         return 1
     except KeyboardInterrupt:
         return 130

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import socket
 import threading
 import time
@@ -24,10 +25,10 @@ from proxy.client import cached, commands, store
 
 
 class CannedServer:
-    """Answers every connection on 127.0.0.1 with the next canned response, then closes it."""
+    """Answers every connection on 127.0.0.1 with the next canned response (none: closed unanswered)."""
 
     def __init__(self, responses: list[bytes]) -> None:
-        self._responses = list(responses)
+        self.responses = list(responses)
         self.requests: list[bytes] = []
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
@@ -35,7 +36,7 @@ class CannedServer:
         self._thread.start()
 
     def _serve(self) -> None:
-        while self._responses:
+        while True:  # until close(); responses may be added after the URL is known
             try:
                 connection, _ = self._listener.accept()
             except OSError:
@@ -43,12 +44,20 @@ class CannedServer:
             with connection:
                 connection.settimeout(5)
                 request = self._read_request(connection)
-                if request is not None:
+                if request is not None and self.responses:
                     self.requests.append(request)
                     try:
-                        connection.sendall(self._responses.pop(0))
+                        connection.sendall(self._fill(self.responses.pop(0)))
                     except OSError:  # the client hung up before reading it all
                         pass
+
+    def _fill(self, response: bytes) -> bytes:
+        """The response with "{url}" in its body made this server's URL and "{host}" its host:port."""
+        head, _, body = response.partition(b"\r\n\r\n")
+        if b"{url}" not in body and b"{host}" not in body:
+            return response
+        body = body.replace(b"{url}", self.url.encode()).replace(b"{host}", self.url.partition("://")[2].encode())
+        return re.sub(rb"Content-Length: \d+", b"Content-Length: %d" % len(body), head) + b"\r\n\r\n" + body
 
     @staticmethod
     def _read_request(connection: socket.socket) -> bytes | None:
@@ -86,7 +95,7 @@ def answer(body: bytes, *, status: str = "200 OK", content_length: int | None = 
 
 
 def device_start(**fields: object) -> bytes:
-    document = {"device_code": "d", "user_code": "BCDF-GHJK", "verification_uri": "http://x/device",
+    document = {"device_code": "d", "user_code": "BCDF-GHJK", "verification_uri": "{url}/device",
                 "interval": 5, "expires_in": 600, **fields}
     return answer(json.dumps(document).encode())
 
@@ -380,3 +389,73 @@ def test_a_token_minted_within_five_minutes_is_answered_from_the_cache(capsys: p
     store.write(store.credentials_path(), {"gateways": {"https://gw.example": entry}})
     assert cached.answer(["--gateway", "https://gw.example", "--workspace", "w"]) == 0
     assert json.loads(capsys.readouterr().out)["status"]["token"] == "t"
+
+
+DENIED = answer(b'{"error": {"code": "access_denied", "message": "no"}}', status="400 Bad Request")
+
+
+def browser_login(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                  **fields: object) -> tuple[int, str, list[str]]:
+    """`login` (browser allowed) against a device answer with `fields` ("{url}" is the gateway's URL,
+    "{host}" its host:port), then a denial: its exit status, what it printed and what it asked the
+    browser to open."""
+    import webbrowser
+
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    server = CannedServer([device_start(**fields), DENIED])
+    try:
+        status = commands.main(["login", "--gateway", server.url, "--poll-interval", "0.01"])
+    finally:
+        server.close()
+    return status, capsys.readouterr().err, opened
+
+
+@pytest.mark.parametrize("link", [
+    "file:///etc/passwd", "javascript:alert(1)", "x-scheme-handler://{url}", "--new-window={url}/device",
+    "-h", "https://evil.example/device", "{url}.evil.example/device", "{url}0/device",
+    "http://127.0.0.1:1/device", "https://{host}/device", "http://evil@{host}/device", "http://evil.example\\@{host}/device",
+    "{url}/device?user_code=\x1b]8;;https://evil.example\x07X", "{url}/device user_code", "http://{host}9999999/device",
+])
+def test_a_sign_in_link_off_the_gateways_origin_is_neither_printed_nor_opened(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, link: str) -> None:
+    status, err, opened = browser_login(capsys, monkeypatch, verification_uri_complete=link,
+                                        verification_uri=link)
+    assert status == 1 and opened == [] and "To sign in" not in err
+    assert "sign-in link is not on the gateway" in err and len(err.splitlines()) == 1
+
+
+def test_the_bare_verification_uri_is_used_when_the_complete_one_is_off_origin(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    status, err, opened = browser_login(capsys, monkeypatch, verification_uri_complete="https://evil.example/",
+                                        verification_uri="{url}/device")
+    assert status == 1 and len(opened) == 1 and opened[0].endswith("/device")
+    assert f"To sign in, open {opened[0]}\n" in err
+
+
+def test_a_link_on_the_gateways_origin_is_printed_and_opened(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    status, err, opened = browser_login(capsys, monkeypatch,
+                                        verification_uri_complete="{url}/device?user_code=BCDF-GHJK")
+    assert status == 1 and len(opened) == 1 and opened[0].endswith("/device?user_code=BCDF-GHJK")
+    assert f"To sign in, open {opened[0]}\nand approve the code BCDF-GHJK\n" in err
+
+
+def test_terminal_escapes_from_the_gateway_are_never_printed(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user code or an error message may not clear the screen, retitle the window or add a line."""
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "open", lambda link: None)
+    message = "denied\x1b[2J\x1b]0;owned\x07\r\ntenant-gateway: Signed in.\u202e"
+    server = CannedServer([device_start(user_code="\x1b[2JBCDF\x1b[8m-GHJK"),
+                           answer(json.dumps({"error": {"code": "x", "message": message}}).encode(),
+                                  status="400 Bad Request")])
+    try:
+        assert commands.main(["login", "--gateway", server.url, "--poll-interval", "0.01"]) == 1
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\u202e" not in err
+    assert "approve the code [2JBCDF[8m-GHJK\n" in err
+    assert err.splitlines()[-1] == "tenant-gateway: sign-in failed: denied[2J]0;ownedtenant-gateway: Signed in. (400)"
