@@ -24,6 +24,8 @@ from proxy.client.cached import LONGEST_LIFETIME, cached_token, exec_credential,
 
 _TIMEOUT = 30
 """Seconds for one whole exchange with the gateway, connection to last byte (not per read)."""
+_REVOKE_TIMEOUT = 5
+"""Seconds login gives the gateway to end the session it replaces (best effort)."""
 _MAX_ANSWER_BYTES = 1 << 20  # the largest answer read (a token answer is a few KiB)
 # Bounds on what the gateway's device sign-in answer may ask of the command
 # line: a hostile or broken answer must not make it poll in a tight loop or
@@ -88,7 +90,8 @@ def _read_capped(answer: Any) -> bytes:
 
 
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
-          token: str | None = None) -> tuple[int, Any]:
+          token: str | None = None, timeout: float | None = None) -> tuple[int, Any]:
+    timeout = timeout or _TIMEOUT
     import http.client
     import threading
     import urllib.error
@@ -110,7 +113,7 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
     def exchange() -> None:
         try:
             try:
-                with opener.open(request, timeout=_TIMEOUT) as answer:
+                with opener.open(request, timeout=timeout) as answer:
                     outcome.append((answer.status, _read_capped(answer)))
             except urllib.error.HTTPError as error:
                 with error:
@@ -123,9 +126,9 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
     # is abandoned at the deadline (a daemon: it cannot keep the command alive).
     worker = threading.Thread(target=exchange, daemon=True)
     worker.start()
-    worker.join(_TIMEOUT)
+    worker.join(timeout)
     if not outcome:
-        raise CommandError(f"the gateway at {gateway} did not answer within {_TIMEOUT} s")
+        raise CommandError(f"the gateway at {gateway} did not answer within {timeout} s")
     result = outcome[0]
     if isinstance(result, (urllib.error.URLError, OSError)):
         reason = getattr(result, "reason", result)
@@ -227,11 +230,13 @@ def cmd_login(args: argparse.Namespace) -> int:
             path = store.credentials_path()
             with store.locked(path):
                 document = store.read(path)
+                replaced = _gateways(document).get(gateway)
                 _gateways(document)[gateway] = {
                     "session": answer["token"], "expires_at": answer.get("expires_at"), "ca_file": ca_file,
                     "tokens": {}}
                 store.write(path, document)
             print(f"Signed in to {gateway}.", file=sys.stderr)
+            _revoke(gateway, replaced)
             return 0
         code = _error_code(answer)
         if code == "slow_down":
@@ -247,6 +252,19 @@ def _gateways(document: dict[str, Any]) -> dict[str, Any]:
         document["gateways"] = {}
     gateways: dict[str, Any] = document["gateways"]
     return gateways
+
+
+def _revoke(gateway: str, replaced: Any) -> None:
+    """End the session a login replaced (it would stay valid for hours), briefly and at best effort.
+
+    After the new one is stored, so that no kubectl is left without a session meanwhile.
+    A bearer session needs no CSRF token (the contract's logout route)."""
+    if isinstance(replaced, dict) and isinstance(replaced.get("session"), str):
+        try:
+            _call(gateway, "POST", "/api/v1/auth/logout", ca_file=replaced.get("ca_file"), token=replaced["session"],
+                  timeout=_REVOKE_TIMEOUT)
+        except CommandError:
+            pass
 
 
 def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:

@@ -24,12 +24,16 @@ import pytest
 from proxy.client import cached, commands, store
 
 
+HANG = b""  # as a canned response: read the request, answer nothing until the server closes
+
+
 class CannedServer:
     """Answers every connection on 127.0.0.1 with the next canned response (none: closed unanswered)."""
 
     def __init__(self, responses: list[bytes]) -> None:
         self.responses = list(responses)
         self.requests: list[bytes] = []
+        self._closed = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -46,8 +50,12 @@ class CannedServer:
                 request = self._read_request(connection)
                 if request is not None and self.responses:
                     self.requests.append(request)
+                    response = self.responses.pop(0)
+                    if response == HANG:
+                        self._closed.wait()
+                        continue
                     try:
-                        connection.sendall(self._fill(self.responses.pop(0)))
+                        connection.sendall(self._fill(response))
                     except OSError:  # the client hung up before reading it all
                         pass
 
@@ -79,6 +87,7 @@ class CannedServer:
         return head + b"\r\n\r\n" + body
 
     def close(self) -> None:
+        self._closed.set()
         try:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept()
         except OSError:
@@ -459,3 +468,31 @@ def test_terminal_escapes_from_the_gateway_are_never_printed(
     assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\u202e" not in err
     assert "approve the code [2JBCDF[8m-GHJK\n" in err
     assert err.splitlines()[-1] == "tenant-gateway: sign-in failed: denied[2J]0;ownedtenant-gateway: Signed in. (400)"
+
+
+@pytest.mark.parametrize("revoked", [answer(b"", status="204 No Content"), answer(b"", status="500 Oops"), HANG],
+                         ids=["ended", "refused", "unanswered"])
+def test_login_ends_the_session_it_replaces(monkeypatch: pytest.MonkeyPatch, revoked: bytes) -> None:
+    """Best effort and brief: whatever the gateway says to the logout, the new session is kept."""
+    monkeypatch.setattr(commands, "_REVOKE_TIMEOUT", 0.5)
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode()),
+                           revoked])
+    signed_in(server)  # session "s"
+    started = time.monotonic()
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    assert time.monotonic() - started < 3
+    logout = server.requests[2]
+    assert logout.startswith(b"POST /api/v1/auth/logout ") and b"Authorization: Bearer s\r\n" in logout
+    assert store.read(store.credentials_path())["gateways"][server.url]["session"] == "new"
+
+
+def test_a_first_login_revokes_nothing() -> None:
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode())])
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    assert len(server.requests) == 2
