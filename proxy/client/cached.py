@@ -72,10 +72,25 @@ def credentials_file(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(base, "tenant-gateway", "credentials.json")
 
 
-def read(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The credentials file's document; {} if it is missing, unreadable or not a JSON object."""
+def directory_problem(directory: str) -> str | None:
+    """Why the credentials' directory is not safe to use (None if it is, or is not there yet)."""
     try:
-        with open(path) as file:
+        status = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot use {directory}: {error.strerror}"
+    if status.st_uid != os.geteuid():
+        return f"{directory} belongs to another user; remove it, or make it yours (chown) and 0700"
+    if status.st_mode & 0o022:
+        return f"{directory} is writable by group or others; fix it with `chmod 700 {directory}`"
+    return None
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The credentials file's document; {} if it is missing, unreadable, a link or not a JSON object."""
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW)) as file:
             loaded = json.loads(file.read())
     except (OSError, ValueError):
         return {}
@@ -99,7 +114,10 @@ def answer(argv: Sequence[str]) -> int | None:
         gateway, workspace = options["--gateway"], options["--workspace"]
         if not _plain_origin(gateway) or workspace.startswith("-"):
             return None
-        gateways = read(credentials_file()).get("gateways")
+        path = credentials_file()
+        if directory_problem(os.path.dirname(path)):
+            return None  # proxy.client.commands says what is wrong
+        gateways = read(path).get("gateways")
         entry = gateways.get(gateway) if isinstance(gateways, dict) else None
         if (not isinstance(entry, dict) or not isinstance(entry.get("session"), str)
                 or not isinstance(entry.get("tokens", {}), dict)):

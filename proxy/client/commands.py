@@ -206,6 +206,7 @@ def _same_origin(link: str, gateway: str) -> bool:
 def cmd_login(args: argparse.Namespace) -> int:
     gateway = _gateway(args.gateway)
     ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
+    store.prepare(store.credentials_path())  # a directory it cannot use is refused before sign-in, not after
     status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file,
                             body={"provider": args.provider} if args.provider else {})
     if status != 200 or not isinstance(started, dict):
@@ -349,7 +350,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
     try:
         return COMMANDS[args.command](args)
-    except CommandError as error:
+    except (CommandError, store.StoreError) as error:
         print(f"tenant-gateway: {_printable(error)}", file=sys.stderr)  # it may quote the gateway's answer
         return 1
     except KeyboardInterrupt:

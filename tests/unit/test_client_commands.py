@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import socket
+import stat
 import threading
 import time
 from pathlib import Path
@@ -496,3 +498,56 @@ def test_a_first_login_revokes_nothing() -> None:
     finally:
         server.close()
     assert len(server.requests) == 2
+
+
+ALL_THREE = [["login", "--gateway", "https://gw.example"], ["logout", "--gateway", "https://gw.example"],
+             ["credential", "--gateway", "https://gw.example", "--workspace", "w"]]
+
+
+def test_writing_never_follows_a_link_planted_at_a_predictable_temporary_name(config_home: Path) -> None:
+    """The old temporary name was `.credentials.json.<pid>`, opened without O_EXCL or O_NOFOLLOW."""
+    path = store.credentials_path()
+    path.parent.mkdir(mode=0o700)
+    victim = config_home / "victim"
+    victim.write_text("untouched")
+    (path.parent / f".{path.name}.{os.getpid()}").symlink_to(victim)
+    store.write(path, {"gateways": {}})
+    assert victim.read_text() == "untouched"
+    assert json.loads(path.read_text()) == {"gateways": {}} and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, f".{path.name}.{os.getpid()}"])
+
+
+def test_reading_and_locking_never_follow_a_link(capsys: pytest.CaptureFixture[str], config_home: Path) -> None:
+    path = store.credentials_path()
+    path.parent.mkdir(mode=0o700)
+    elsewhere = config_home / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"gateways": {"https://gw.example": {"session": "planted", "tokens": {}}}}))
+    path.symlink_to(elsewhere)
+    assert store.read(path) == {}
+    victim = config_home / "victim"
+    path.with_name(path.name + ".lock").symlink_to(victim)
+    line = one_line_failure(capsys, ["logout", "--gateway", "https://gw.example"])
+    assert "cannot lock" in line and not victim.exists()
+
+
+@pytest.mark.parametrize("argv", ALL_THREE, ids=["login", "logout", "credential"])
+def test_a_directory_others_can_write_to_is_refused(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """Anyone who can write there could plant a session (kubectl would act in their workspace) or swap the file."""
+    path = store.credentials_path()
+    store.write(path, {"gateways": {"https://gw.example": {"session": "s", "tokens": {
+        "w": {"token": "t", "expires_at": _in(7000), "minted_at": _in(-1)}}}}})
+    path.parent.chmod(0o777)
+    assert cached.answer(argv[1:]) is None if argv[0] == "credential" else True
+    line = one_line_failure(capsys, argv)
+    assert f"{path.parent} is writable by group or others; fix it with `chmod 700 {path.parent}`" in line
+
+
+@pytest.mark.parametrize("argv", ALL_THREE, ids=["login", "logout", "credential"])
+def test_a_directory_owned_by_someone_else_is_refused(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    path = store.credentials_path()
+    store.write(path, {"gateways": {}})
+    monkeypatch.setattr(os, "geteuid", lambda: path.parent.stat().st_uid + 1)
+    line = one_line_failure(capsys, argv)
+    assert f"{path.parent} belongs to another user" in line
