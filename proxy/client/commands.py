@@ -65,7 +65,11 @@ def _loopback(host: str) -> bool:
 def _context(ca_file: str | None) -> "ssl.SSLContext":
     import ssl
 
-    return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+    except (OSError, TypeError, ValueError) as error:  # gone, not a path, not a bundle (ssl.SSLError: an OSError)
+        raise CommandError(f"cannot use the CA bundle {ca_file!r}: {getattr(error, 'strerror', None) or error}; "
+                           "run `tenant-gateway login` with a valid --ca-file") from None
 
 
 def _no_redirect_handler() -> type:

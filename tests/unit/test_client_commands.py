@@ -551,3 +551,15 @@ def test_a_directory_owned_by_someone_else_is_refused(
     monkeypatch.setattr(os, "geteuid", lambda: path.parent.stat().st_uid + 1)
     line = one_line_failure(capsys, argv)
     assert f"{path.parent} belongs to another user" in line
+
+
+@pytest.mark.parametrize("ca_file", ["/nonexistent/ca.pem", 7, "/dev/null"])
+def test_a_ca_bundle_that_cannot_be_loaded_is_one_line(capsys: pytest.CaptureFixture[str], ca_file: object) -> None:
+    """Gone since login, hand-edited, or not a bundle: credential says so; login still replaces such a session."""
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode())])
+    signed_in(server, ca_file=ca_file)
+    try:
+        assert "cannot use the CA bundle" in one_line_failure(capsys, credential(server))
+        assert commands.main(login(server)) == 0  # the old session's logout, with that bundle, fails quietly
+    finally:
+        server.close()
