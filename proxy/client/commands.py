@@ -95,11 +95,12 @@ def _read_capped(answer: Any) -> bytes:
 
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
           token: str | None = None, timeout: float | None = None) -> tuple[int, Any]:
-    timeout = timeout or _TIMEOUT
     import http.client
     import threading
     import urllib.error
     import urllib.request
+
+    timeout = timeout or _TIMEOUT
 
     headers = {"Accept": "application/json"}
     data = None
