@@ -5,7 +5,7 @@ always the token is cached. This module answers that case with json,
 datetime and os only: argparse (which also pulls in shutil and gettext),
 pathlib, urllib and typing were half of the command's start-up. It answers
 only the form kubectl's exec plugin runs, `credential --gateway URL
---workspace ID` (the URL already as `scheme://host[:port]`), from a token
+--workspace ID` (the URL already as `https://host[:port]`), from a token
 still good; anything else (no cached token, an error to report, --help,
 another spelling of the arguments) gets None and goes to
 proxy.client.commands, which handles every case as before, from the start.
@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 
 REFRESH_MARGIN = datetime.timedelta(minutes=10)
 """A cached token is used until this long before it expires (kubectl may run a long command with it)."""
+LONGEST_REUSE = datetime.timedelta(minutes=5)
+"""Nor for longer than this after it was minted: the plugin never sees kubectl's 401, and a workspace
+suspended and resumed has a new ServiceAccount, every earlier token dead. Each mint is one of the
+user's GATEWAY_RATE_KUBECONFIG issuances (default 30 a minute): one per workspace per 5 minutes."""
+LONGEST_LIFETIME = datetime.timedelta(hours=2, minutes=5)
+"""No token expires later than this from now: the contract's 2 hours, and 5 minutes of clock skew."""
 _ORIGIN_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")
 
 
@@ -51,8 +57,10 @@ def cached_token(entry: dict[str, Any], workspace: str) -> tuple[str, datetime.d
     cached = entry.get("tokens", {}).get(workspace)
     if not isinstance(cached, dict) or not isinstance(cached.get("token"), str):
         return None
-    expires_at = parse_time(cached.get("expires_at"))
-    if expires_at is None or expires_at - now() <= REFRESH_MARGIN:
+    expires_at, minted_at = parse_time(cached.get("expires_at")), parse_time(cached.get("minted_at"))
+    if expires_at is None or not REFRESH_MARGIN < expires_at - now() <= LONGEST_LIFETIME:
+        return None
+    if minted_at is None or not datetime.timedelta(0) <= now() - minted_at < LONGEST_REUSE:
         return None
     return cached["token"], expires_at
 
@@ -64,10 +72,25 @@ def credentials_file(env: Mapping[str, str] | None = None) -> str:
     return os.path.join(base, "tenant-gateway", "credentials.json")
 
 
-def read(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The credentials file's document; {} if it is missing, unreadable or not a JSON object."""
+def directory_problem(directory: str) -> str | None:
+    """Why the credentials' directory is not safe to use (None if it is, or is not there yet)."""
     try:
-        with open(path) as file:
+        status = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"cannot use {directory}: {error.strerror}"
+    if status.st_uid != os.geteuid():
+        return f"{directory} belongs to another user; remove it, or make it yours (chown) and 0700"
+    if status.st_mode & 0o022:
+        return f"{directory} is writable by group or others; fix it with `chmod 700 {directory}`"
+    return None
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The credentials file's document; {} if it is missing, unreadable, a link or not a JSON object."""
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW)) as file:
             loaded = json.loads(file.read())
     except (OSError, ValueError):
         return {}
@@ -77,7 +100,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
 def _plain_origin(url: str) -> bool:
     """`https://host[:port]` exactly: what proxy.client.commands would normalise to itself."""
     scheme, separator, rest = url.partition("://")
-    return scheme in ("https", "http") and bool(separator) and bool(rest) and set(rest) <= _ORIGIN_CHARACTERS
+    return scheme == "https" and bool(separator) and bool(rest) and set(rest) <= _ORIGIN_CHARACTERS
 
 
 def answer(argv: Sequence[str]) -> int | None:
@@ -91,7 +114,10 @@ def answer(argv: Sequence[str]) -> int | None:
         gateway, workspace = options["--gateway"], options["--workspace"]
         if not _plain_origin(gateway) or workspace.startswith("-"):
             return None
-        gateways = read(credentials_file()).get("gateways")
+        path = credentials_file()
+        if directory_problem(os.path.dirname(path)):
+            return None  # proxy.client.commands says what is wrong
+        gateways = read(path).get("gateways")
         entry = gateways.get(gateway) if isinstance(gateways, dict) else None
         if (not isinstance(entry, dict) or not isinstance(entry.get("session"), str)
                 or not isinstance(entry.get("tokens", {}), dict)):

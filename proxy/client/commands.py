@@ -20,9 +20,13 @@ if TYPE_CHECKING:
     import ssl
 
 from proxy.client import store
-from proxy.client.cached import cached_token, exec_credential, parse_time
+from proxy.client.cached import LONGEST_LIFETIME, cached_token, exec_credential, now, parse_time
 
 _TIMEOUT = 30
+"""Seconds for one whole exchange with the gateway, connection to last byte (not per read)."""
+_REVOKE_TIMEOUT = 5
+"""Seconds login gives the gateway to end the session it replaces (best effort)."""
+_MAX_ANSWER_BYTES = 1 << 20  # the largest answer read (a token answer is a few KiB)
 # Bounds on what the gateway's device sign-in answer may ask of the command
 # line: a hostile or broken answer must not make it poll in a tight loop or
 # sleep for ever.
@@ -35,23 +39,68 @@ class CommandError(Exception):
 
 
 def _gateway(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. "https://[::1": an unclosed IPv6 bracket
+        parts = urllib.parse.SplitResult("", "", "", "", "")
     if parts.scheme not in ("https", "http") or not parts.netloc:
         raise CommandError(f"--gateway must be the gateway's URL, e.g. https://gateway.example (got {url!r})")
+    if parts.scheme == "http" and not _loopback(parts.hostname or ""):
+        raise CommandError(f"--gateway {url} is plain http: the session would cross the network unencrypted; "
+                           "use https (plain http is only for this machine: localhost, 127.0.0.0/8, [::1])")
     return f"{parts.scheme}://{parts.netloc}"
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _context(ca_file: str | None) -> "ssl.SSLContext":
     import ssl
 
-    return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+    try:
+        return ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
+    except (OSError, TypeError, ValueError) as error:  # gone, not a path, not a bundle (ssl.SSLError: an OSError)
+        raise CommandError(f"cannot use the CA bundle {ca_file!r}: {getattr(error, 'strerror', None) or error}; "
+                           "run `tenant-gateway login` with a valid --ca-file") from None
+
+
+def _no_redirect_handler() -> type:
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # not followed: the 3xx comes back as an HTTPError
+
+    return NoRedirect
+
+
+def _read_capped(answer: Any) -> bytes:
+    """At most _MAX_ANSWER_BYTES + 1 bytes; IncompleteRead if fewer came than Content-Length promised."""
+    import http.client
+
+    raw: bytes = answer.read(_MAX_ANSWER_BYTES + 1)
+    declared = answer.headers.get("Content-Length", "")
+    if len(raw) <= _MAX_ANSWER_BYTES and declared.isdigit() and int(declared) > len(raw):
+        raise http.client.IncompleteRead(raw, int(declared) - len(raw))
+    return raw
 
 
 def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: dict[str, Any] | None = None,
-          token: str | None = None) -> tuple[int, Any]:
+          token: str | None = None, timeout: float | None = None) -> tuple[int, Any]:
     import http.client
+    import threading
     import urllib.error
     import urllib.request
+
+    timeout = timeout or _TIMEOUT
 
     headers = {"Accept": "application/json"}
     data = None
@@ -60,19 +109,47 @@ def _call(gateway: str, method: str, path: str, *, ca_file: str | None, body: di
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(gateway + path, data=data, method=method, headers=headers)
-    try:
+    # No redirect is followed: urllib would send the Authorization header
+    # (the session) on to wherever it points, even from https to http.
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=_context(ca_file)),
+                                         _no_redirect_handler())
+    outcome: list[tuple[int, bytes] | BaseException] = []
+
+    def exchange() -> None:
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT, context=_context(ca_file)) as answer:
-                status, raw = answer.status, answer.read()
-        except urllib.error.HTTPError as error:
-            status, raw = error.code, error.read()
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise CommandError(f"cannot reach the gateway at {gateway}: {reason}") from None
-    except http.client.HTTPException as error:
+            try:
+                with opener.open(request, timeout=timeout) as answer:
+                    outcome.append((answer.status, _read_capped(answer)))
+            except urllib.error.HTTPError as error:
+                with error:
+                    outcome.append((error.code, _read_capped(error)))
+        except BaseException as error:
+            outcome.append(error)
+
+    # The socket timeout bounds each read, not the exchange: a gateway that
+    # sends a byte every few seconds would hold kubectl for ever. The thread
+    # is abandoned at the deadline (a daemon: it cannot keep the command alive).
+    worker = threading.Thread(target=exchange, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise CommandError(f"the gateway at {gateway} did not answer within {timeout} s")
+    result = outcome[0]
+    if isinstance(result, (urllib.error.URLError, OSError)):
+        reason = getattr(result, "reason", result)
+        raise CommandError(f"cannot reach the gateway at {gateway}: {reason}")
+    if isinstance(result, http.client.HTTPException):
         # An answer cut short (IncompleteRead) or not HTTP at all: not an
         # OSError, and the contract promises one line, not a traceback.
-        raise CommandError(f"the gateway at {gateway} sent a broken answer ({type(error).__name__})") from None
+        raise CommandError(f"the gateway at {gateway} sent a broken answer ({type(result).__name__})")
+    if isinstance(result, BaseException):
+        raise result
+    status, raw = result
+    if len(raw) > _MAX_ANSWER_BYTES:
+        raise CommandError(f"the gateway at {gateway} sent an answer larger than 1 MiB")
+    if 300 <= status < 400:
+        raise CommandError(f"the gateway at {gateway} answered {status} (a redirect); refusing to follow it: "
+                           "is --gateway the gateway's own URL?")
     try:
         return status, json.loads(raw) if raw else None
     except (ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser's stack
@@ -98,17 +175,52 @@ def _error_text(status: int, body: Any) -> str:
     return f"{message} ({status})" if message else f"the gateway answered {status}"
 
 
+def _printable(text: Any) -> str:
+    """`text` without control characters: what the gateway sends cannot drive the terminal or add a line."""
+    return "".join(character for character in str(text) if character.isprintable())
+
+
+def _sign_in_link(gateway: str, started: dict[str, Any]) -> str:
+    """The device answer's link, printed and handed to a browser only if it is on the gateway's own origin.
+
+    So never another scheme (file:, a desktop's URL handlers), another site, or an argument for the
+    browser's command line (every accepted link starts with http:// or https://).
+    """
+    for name in ("verification_uri_complete", "verification_uri"):
+        link = started.get(name)
+        if isinstance(link, str) and _same_origin(link, gateway):
+            return link
+    raise CommandError(f"device sign-in could not start: the gateway's sign-in link is not on the gateway ({gateway}); "
+                       "is --gateway its public URL?")
+
+
+def _same_origin(link: str, gateway: str) -> bool:
+    # Printable ASCII without blanks or backslashes (which browsers, unlike urlsplit, read as "/").
+    if not (link.isascii() and link.isprintable()) or " " in link or "\\" in link:
+        return False
+    default_ports = {"http": 80, "https": 443}
+    try:
+        theirs, ours = urllib.parse.urlsplit(link), urllib.parse.urlsplit(gateway)
+        return (link.startswith(f"{ours.scheme}://") and theirs.scheme == ours.scheme
+                and "@" not in theirs.netloc and theirs.hostname == ours.hostname
+                and (theirs.port or default_ports[theirs.scheme]) == (ours.port or default_ports[ours.scheme]))
+    except ValueError:  # a port out of range or not a number
+        return False
+
+
 def cmd_login(args: argparse.Namespace) -> int:
     gateway = _gateway(args.gateway)
     ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
+    store.prepare(store.credentials_path())  # a directory it cannot use is refused before sign-in, not after
     status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file,
                             body={"provider": args.provider} if args.provider else {})
     if status != 200 or not isinstance(started, dict):
         raise CommandError(f"device sign-in could not start: {_error_text(status, started)}")
     interval = _seconds(started, "interval", 5, _MAX_INTERVAL)
     deadline = time.monotonic() + _seconds(started, "expires_in", 600, _MAX_EXPIRES_IN)
-    link = str(started.get("verification_uri_complete") or started.get("verification_uri"))
-    print(f"To sign in, open {link}\nand approve the code {started.get('user_code')}", file=sys.stderr, flush=True)
+    link = _sign_in_link(gateway, started)
+    print(f"To sign in, open {link}\nand approve the code {_printable(started.get('user_code'))}", file=sys.stderr,
+          flush=True)
     if not args.no_browser:
         import webbrowser
 
@@ -124,11 +236,13 @@ def cmd_login(args: argparse.Namespace) -> int:
             path = store.credentials_path()
             with store.locked(path):
                 document = store.read(path)
-                document.setdefault("gateways", {})[gateway] = {
+                replaced = _gateways(document).get(gateway)
+                _gateways(document)[gateway] = {
                     "session": answer["token"], "expires_at": answer.get("expires_at"), "ca_file": ca_file,
                     "tokens": {}}
                 store.write(path, document)
             print(f"Signed in to {gateway}.", file=sys.stderr)
+            _revoke(gateway, replaced)
             return 0
         code = _error_code(answer)
         if code == "slow_down":
@@ -138,10 +252,33 @@ def cmd_login(args: argparse.Namespace) -> int:
     raise CommandError("sign-in was not approved in time; run `tenant-gateway login` again")
 
 
+def _gateways(document: dict[str, Any]) -> dict[str, Any]:
+    """The file's entry per gateway; a hand-edited "gateways" that is not an object reads as none."""
+    if not isinstance(document.get("gateways"), dict):
+        document["gateways"] = {}
+    gateways: dict[str, Any] = document["gateways"]
+    return gateways
+
+
+def _revoke(gateway: str, replaced: Any) -> None:
+    """End the session a login replaced (it would stay valid for hours), briefly and at best effort.
+
+    After the new one is stored, so that no kubectl is left without a session meanwhile.
+    A bearer session needs no CSRF token (the contract's logout route)."""
+    if isinstance(replaced, dict) and isinstance(replaced.get("session"), str):
+        try:
+            _call(gateway, "POST", "/api/v1/auth/logout", ca_file=replaced.get("ca_file"), token=replaced["session"],
+                  timeout=_REVOKE_TIMEOUT)
+        except CommandError:
+            pass
+
+
 def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:
-    entry = document.get("gateways", {}).get(gateway)
+    entry = _gateways(document).get(gateway)
     if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
         raise CommandError(f"not signed in to {gateway}; run `tenant-gateway login --gateway {gateway}`")
+    if not isinstance(entry.get("tokens"), dict):
+        entry["tokens"] = {}  # a cache: what is not one is forgotten
     return entry
 
 
@@ -156,7 +293,8 @@ def cmd_credential(args: argparse.Namespace) -> int:
             found = cached_token(entry, workspace)  # another kubectl may have minted while we waited
             if found is None:
                 found = _mint(gateway, workspace, entry)
-                entry.setdefault("tokens", {})[workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
+                entry["tokens"][workspace] = {"token": found[0], "expires_at": found[1].isoformat(),
+                                              "minted_at": now().isoformat()}
                 store.write(path, document)
     print(exec_credential(*found))
     return 0
@@ -171,8 +309,8 @@ def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, dat
     if status != 200 or not isinstance(body, dict) or not isinstance(body.get("token"), str):
         raise CommandError(f"no token for workspace {workspace}: {_error_text(status, body)}")
     expires_at = parse_time(body.get("expires_at"))
-    if expires_at is None:
-        raise CommandError("the gateway's answer had no valid expiry")
+    if expires_at is None or not now() < expires_at <= now() + LONGEST_LIFETIME:
+        raise CommandError("the gateway's answer had no valid expiry (the tokens it mints last 2 hours at most)")
     return body["token"], expires_at
 
 
@@ -181,7 +319,7 @@ def cmd_logout(args: argparse.Namespace) -> int:
     path = store.credentials_path()
     with store.locked(path):
         document = store.read(path)
-        entry = document.get("gateways", {}).pop(gateway, None)
+        entry = _gateways(document).pop(gateway, None)
         store.write(path, document)  # forgotten here whatever the gateway says
     if not isinstance(entry, dict) or not isinstance(entry.get("session"), str):
         print(f"not signed in to {gateway}", file=sys.stderr)
@@ -217,8 +355,8 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
     try:
         return COMMANDS[args.command](args)
-    except CommandError as error:
-        print(f"tenant-gateway: {error}", file=sys.stderr)
+    except (CommandError, store.StoreError) as error:
+        print(f"tenant-gateway: {_printable(error)}", file=sys.stderr)  # it may quote the gateway's answer
         return 1
     except KeyboardInterrupt:
         return 130

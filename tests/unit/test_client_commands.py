@@ -10,46 +10,73 @@ would any gateway's.
 
 from __future__ import annotations
 
+import datetime
 import json
+import os
+import re
 import socket
+import stat
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from proxy.client import commands, store
+from proxy.client import cached, commands, store
+
+
+HANG = b""  # as a canned response: read the request, answer nothing until the server closes
 
 
 class CannedServer:
-    """Answers every connection on 127.0.0.1 with the next canned response, then closes it."""
+    """Answers every connection on 127.0.0.1 with the next canned response (none: closed unanswered)."""
 
     def __init__(self, responses: list[bytes]) -> None:
-        self._responses = list(responses)
+        self.responses = list(responses)
+        self.requests: list[bytes] = []
+        self._closed = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
     def _serve(self) -> None:
-        while self._responses:
+        while True:  # until close(); responses may be added after the URL is known
             try:
                 connection, _ = self._listener.accept()
             except OSError:
                 return
             with connection:
                 connection.settimeout(5)
-                if self._read_request(connection):
-                    connection.sendall(self._responses.pop(0))
+                request = self._read_request(connection)
+                if request is not None and self.responses:
+                    self.requests.append(request)
+                    response = self.responses.pop(0)
+                    if response == HANG:
+                        self._closed.wait()
+                        continue
+                    try:
+                        connection.sendall(self._fill(response))
+                    except OSError:  # the client hung up before reading it all
+                        pass
+
+    def _fill(self, response: bytes) -> bytes:
+        """The response with "{url}" in its body made this server's URL and "{host}" its host:port."""
+        head, _, body = response.partition(b"\r\n\r\n")
+        if b"{url}" not in body and b"{host}" not in body:
+            return response
+        body = body.replace(b"{url}", self.url.encode()).replace(b"{host}", self.url.partition("://")[2].encode())
+        return re.sub(rb"Content-Length: \d+", b"Content-Length: %d" % len(body), head) + b"\r\n\r\n" + body
 
     @staticmethod
-    def _read_request(connection: socket.socket) -> bool:
+    def _read_request(connection: socket.socket) -> bytes | None:
         """The whole request, body included: closing with bytes unread would reset the connection."""
         request = b""
         while b"\r\n\r\n" not in request:
             chunk = connection.recv(65536)
             if not chunk:
-                return False
+                return None
             request += chunk
         head, _, body = request.partition(b"\r\n\r\n")
         length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
@@ -57,23 +84,29 @@ class CannedServer:
         while len(body) < length:
             chunk = connection.recv(65536)
             if not chunk:
-                return False
+                return None
             body += chunk
-        return True
+        return head + b"\r\n\r\n" + body
 
     def close(self) -> None:
+        self._closed.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept()
+        except OSError:
+            pass
         self._listener.close()
         self._thread.join(timeout=5)
 
 
-def answer(body: bytes, *, status: str = "200 OK", content_length: int | None = None) -> bytes:
+def answer(body: bytes, *, status: str = "200 OK", content_length: int | None = None,
+           headers: str = "") -> bytes:
     length = len(body) if content_length is None else content_length
     return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n"
-            f"Connection: close\r\n\r\n").encode() + body
+            f"{headers}Connection: close\r\n\r\n").encode() + body
 
 
 def device_start(**fields: object) -> bytes:
-    document = {"device_code": "d", "user_code": "BCDF-GHJK", "verification_uri": "http://x/device",
+    document = {"device_code": "d", "user_code": "BCDF-GHJK", "verification_uri": "{url}/device",
                 "interval": 5, "expires_in": 600, **fields}
     return answer(json.dumps(document).encode())
 
@@ -159,3 +192,374 @@ def test_a_token_answer_nested_past_the_parsers_stack_is_one_line(capsys: pytest
 def test_a_poll_answer_cut_short_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     line = login_failure(capsys, device_start(interval=1), answer(b'{"tok', content_length=50))
     assert "broken answer" in line
+
+
+def signed_in(server: CannedServer, **entry: object) -> None:
+    """A stored session for `server` (no cached token unless `entry` has one)."""
+    store.write(store.credentials_path(), {"gateways": {server.url: {"session": "s", "tokens": {}, **entry}}})
+
+
+def credential(server: CannedServer, workspace: str = "w") -> list[str]:
+    return ["credential", "--gateway", server.url, "--workspace", workspace]
+
+
+@pytest.mark.parametrize("status", ["301 Moved Permanently", "302 Found", "303 See Other",
+                                    "307 Temporary Redirect", "308 Permanent Redirect", "300 Multiple Choices"])
+def test_a_redirect_is_refused_and_the_session_goes_nowhere_else(
+        capsys: pytest.CaptureFixture[str], status: str) -> None:
+    """urllib would follow it, copying `Authorization: Bearer <session>` to the new host."""
+    elsewhere = CannedServer([answer(b'{"token": "t", "expires_at": "2999-01-01T00:00:00Z"}')])
+    server = CannedServer([answer(b"", status=status, headers=f"Location: {elsewhere.url}/steal\r\n")])
+    signed_in(server)
+    try:
+        line = one_line_failure(capsys, credential(server))
+    finally:
+        server.close()
+        elsewhere.close()
+    assert "redirect" in line and elsewhere.requests == []
+    assert b"Authorization: Bearer s" in server.requests[0]
+
+
+class DrippingServer:
+    """Reads a request, then sends `head` and one byte of `drip` every 50 ms until the client hangs up."""
+
+    def __init__(self, head: bytes, drip: bytes) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._head, self._drip = head, drip
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self._listener.accept()
+        except OSError:
+            return
+        with connection:
+            try:
+                connection.recv(65536)
+                connection.sendall(self._head)
+                for byte in self._drip:
+                    if self._stop.wait(0.05):
+                        return
+                    connection.sendall(bytes([byte]))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        self._thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("head, drip", [
+    (b"", b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000),  # headers that never end
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 10000\r\n\r\n", b" " * 10_000),  # a body that never ends
+], ids=["headers", "body"])
+def test_an_answer_that_drips_is_cut_off_at_the_deadline(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, head: bytes, drip: bytes) -> None:
+    """Each byte comes well within the per-read timeout; the whole exchange still ends on time."""
+    monkeypatch.setattr(commands, "_TIMEOUT", 1)
+    server = DrippingServer(head, drip)
+    signed_in(server)  # type: ignore[arg-type]
+    started = time.monotonic()
+    try:
+        line = one_line_failure(capsys, credential(server))  # type: ignore[arg-type]
+    finally:
+        server.close()
+    assert "did not answer within 1 s" in line
+    assert time.monotonic() - started < 3
+
+
+def test_an_answer_larger_than_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    body = b'{"token": "' + b"t" * (1 << 20) + b'"}'
+    server = CannedServer([answer(body)])
+    signed_in(server)
+    try:
+        line = one_line_failure(capsys, credential(server))
+    finally:
+        server.close()
+    assert "answer larger than 1 MiB" in line
+
+
+@pytest.mark.parametrize("command", ["login", "credential", "logout"])
+def test_a_gateway_url_urllib_cannot_parse_is_one_line(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    argv = [command, "--gateway", "https://[::1"] + (["--workspace", "w"] if command == "credential" else [])
+    assert "--gateway must be the gateway's URL" in one_line_failure(capsys, argv)
+
+
+@pytest.mark.parametrize("gateways", [[], "x", 7, None])
+def test_a_credentials_file_whose_gateways_is_not_an_object_reads_as_signed_out(
+        capsys: pytest.CaptureFixture[str], gateways: object) -> None:
+    """Hand-edited: `credential` says to log in, `logout` has nothing to end, `login` starts afresh."""
+    path = store.credentials_path()
+    store.write(path, {"gateways": gateways})
+    line = one_line_failure(capsys, ["credential", "--gateway", "https://gw.example", "--workspace", "w"])
+    assert "not signed in to https://gw.example" in line
+    assert commands.main(["logout", "--gateway", "https://gw.example"]) == 0
+    assert "not signed in" in capsys.readouterr().err
+    store.write(path, {"gateways": gateways})
+    server = CannedServer([device_start(), answer(b'{"token": "new", "expires_at": "2999-01-01T00:00:00Z"}')])
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    assert store.read(path)["gateways"][server.url]["session"] == "new"
+
+
+def test_cached_tokens_that_are_not_an_object_are_minted_afresh(capsys: pytest.CaptureFixture[str]) -> None:
+    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": _in(3600)}).encode())])
+    signed_in(server, tokens=["junk"])
+    try:
+        assert commands.main(credential(server)) == 0
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "t"
+
+
+def _in(seconds: float) -> str:
+    return (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=seconds)).isoformat()
+
+
+@pytest.mark.parametrize("command", ["login", "credential", "logout"])
+@pytest.mark.parametrize("url", ["http://gw.example", "http://10.0.0.1:8080", "http://[fe80::1]", "http://127.0.0.1.nip.io"])
+def test_plain_http_is_refused_for_a_gateway_off_this_machine(
+        capsys: pytest.CaptureFixture[str], command: str, url: str) -> None:
+    """A bearer session would cross the network in clear text."""
+    argv = [command, "--gateway", url] + (["--workspace", "w"] if command == "credential" else [])
+    assert "plain http" in one_line_failure(capsys, argv)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "[::1]", "localhost", "LocalHost"])
+def test_plain_http_is_accepted_on_loopback(host: str) -> None:
+    assert commands._gateway(f"http://{host}:8080") == f"http://{host}:8080"
+
+
+def test_a_token_cached_for_a_plain_http_gateway_is_not_answered_from_the_cache() -> None:
+    """Stored before http was refused: the fast path leaves it to `credential`, which refuses it."""
+    store.write(store.credentials_path(), {"gateways": {"http://gw.example": {
+        "session": "s", "tokens": {"w": {"token": "t", "expires_at": _in(3600)}}}}})
+    assert cached.answer(["--gateway", "http://gw.example", "--workspace", "w"]) is None
+
+
+FAR = "9999-12-31T23:59:59-12:00"  # past datetime's range once in UTC
+
+
+@pytest.mark.parametrize("expires_at", [FAR, "2000-01-01T00:00:00Z", _in(-5), _in(3 * 3600), "soon", None])
+def test_a_minted_token_whose_expiry_is_not_within_its_lifetime_is_refused(
+        capsys: pytest.CaptureFixture[str], expires_at: object) -> None:
+    """Not in the past, not later than the contract's 2 hours (plus a little clock skew) from now."""
+    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": expires_at}).encode())])
+    signed_in(server)
+    try:
+        line = one_line_failure(capsys, credential(server))
+    finally:
+        server.close()
+    assert "no valid expiry" in line
+    assert store.read(store.credentials_path())["gateways"][server.url]["tokens"] == {}  # nothing cached
+
+
+def test_a_cached_token_whose_expiry_is_out_of_range_is_minted_afresh(capsys: pytest.CaptureFixture[str]) -> None:
+    """Written by an older version or by hand: neither path turns it into a traceback."""
+    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200)}).encode())])
+    signed_in(server, tokens={"w": {"token": "old", "expires_at": FAR, "minted_at": _in(0)}})
+    try:
+        assert cached.answer(["--gateway", server.url, "--workspace", "w"]) is None
+        assert commands.main(credential(server)) == 0
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "new"
+
+
+@pytest.mark.parametrize("minted_at", [_in(-301), _in(120), None], ids=["over-5-minutes-ago", "in-the-future", "unknown"])
+def test_a_cached_token_is_reused_for_five_minutes_after_minting_at_most(
+        capsys: pytest.CaptureFixture[str], minted_at: str | None) -> None:
+    """The plugin cannot see kubectl's 401: after a suspend and resume the workspace's
+    ServiceAccount is new and every earlier token dead, so reuse is bounded by age, not only by expiry."""
+    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200)}).encode())])
+    old = {"session": "s", "tokens": {"w": {"token": "old", "expires_at": _in(3600), "minted_at": minted_at}}}
+    store.write(store.credentials_path(), {"gateways": {server.url: old, "https://gw.example": old}})
+    try:
+        assert cached.answer(["--gateway", "https://gw.example", "--workspace", "w"]) is None  # the fast path
+        assert commands.main(credential(server)) == 0  # the full path
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "new"
+    stored = store.read(store.credentials_path())["gateways"][server.url]["tokens"]["w"]
+    stamped = cached.parse_time(stored["minted_at"])
+    assert stored["token"] == "new" and stamped and abs(stamped - cached.now()).total_seconds() < 5
+
+
+def test_a_token_minted_within_five_minutes_is_answered_from_the_cache(capsys: pytest.CaptureFixture[str]) -> None:
+    entry = {"session": "s", "tokens": {"w": {"token": "t", "expires_at": _in(7000), "minted_at": _in(-290)}}}
+    store.write(store.credentials_path(), {"gateways": {"https://gw.example": entry}})
+    assert cached.answer(["--gateway", "https://gw.example", "--workspace", "w"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "t"
+
+
+DENIED = answer(b'{"error": {"code": "access_denied", "message": "no"}}', status="400 Bad Request")
+
+
+def browser_login(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                  **fields: object) -> tuple[int, str, list[str]]:
+    """`login` (browser allowed) against a device answer with `fields` ("{url}" is the gateway's URL,
+    "{host}" its host:port), then a denial: its exit status, what it printed and what it asked the
+    browser to open."""
+    import webbrowser
+
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", opened.append)
+    server = CannedServer([device_start(**fields), DENIED])
+    try:
+        status = commands.main(["login", "--gateway", server.url, "--poll-interval", "0.01"])
+    finally:
+        server.close()
+    return status, capsys.readouterr().err, opened
+
+
+@pytest.mark.parametrize("link", [
+    "file:///etc/passwd", "javascript:alert(1)", "x-scheme-handler://{url}", "--new-window={url}/device",
+    "-h", "https://evil.example/device", "{url}.evil.example/device", "{url}0/device",
+    "http://127.0.0.1:1/device", "https://{host}/device", "http://evil@{host}/device", "http://evil.example\\@{host}/device",
+    "{url}/device?user_code=\x1b]8;;https://evil.example\x07X", "{url}/device user_code", "http://{host}9999999/device",
+])
+def test_a_sign_in_link_off_the_gateways_origin_is_neither_printed_nor_opened(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, link: str) -> None:
+    status, err, opened = browser_login(capsys, monkeypatch, verification_uri_complete=link,
+                                        verification_uri=link)
+    assert status == 1 and opened == [] and "To sign in" not in err
+    assert "sign-in link is not on the gateway" in err and len(err.splitlines()) == 1
+
+
+def test_the_bare_verification_uri_is_used_when_the_complete_one_is_off_origin(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    status, err, opened = browser_login(capsys, monkeypatch, verification_uri_complete="https://evil.example/",
+                                        verification_uri="{url}/device")
+    assert status == 1 and len(opened) == 1 and opened[0].endswith("/device")
+    assert f"To sign in, open {opened[0]}\n" in err
+
+
+def test_a_link_on_the_gateways_origin_is_printed_and_opened(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    status, err, opened = browser_login(capsys, monkeypatch,
+                                        verification_uri_complete="{url}/device?user_code=BCDF-GHJK")
+    assert status == 1 and len(opened) == 1 and opened[0].endswith("/device?user_code=BCDF-GHJK")
+    assert f"To sign in, open {opened[0]}\nand approve the code BCDF-GHJK\n" in err
+
+
+def test_terminal_escapes_from_the_gateway_are_never_printed(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user code or an error message may not clear the screen, retitle the window or add a line."""
+    import webbrowser
+
+    monkeypatch.setattr(webbrowser, "open", lambda link: None)
+    message = "denied\x1b[2J\x1b]0;owned\x07\r\ntenant-gateway: Signed in.\u202e"
+    server = CannedServer([device_start(user_code="\x1b[2JBCDF\x1b[8m-GHJK"),
+                           answer(json.dumps({"error": {"code": "x", "message": message}}).encode(),
+                                  status="400 Bad Request")])
+    try:
+        assert commands.main(["login", "--gateway", server.url, "--poll-interval", "0.01"]) == 1
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err and "\r" not in err and "\u202e" not in err
+    assert "approve the code [2JBCDF[8m-GHJK\n" in err
+    assert err.splitlines()[-1] == "tenant-gateway: sign-in failed: denied[2J]0;ownedtenant-gateway: Signed in. (400)"
+
+
+@pytest.mark.parametrize("revoked", [answer(b"", status="204 No Content"), answer(b"", status="500 Oops"), HANG],
+                         ids=["ended", "refused", "unanswered"])
+def test_login_ends_the_session_it_replaces(monkeypatch: pytest.MonkeyPatch, revoked: bytes) -> None:
+    """Best effort and brief: whatever the gateway says to the logout, the new session is kept."""
+    monkeypatch.setattr(commands, "_REVOKE_TIMEOUT", 0.5)
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode()),
+                           revoked])
+    signed_in(server)  # session "s"
+    started = time.monotonic()
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    assert time.monotonic() - started < 3
+    logout = server.requests[2]
+    assert logout.startswith(b"POST /api/v1/auth/logout ") and b"Authorization: Bearer s\r\n" in logout
+    assert store.read(store.credentials_path())["gateways"][server.url]["session"] == "new"
+
+
+def test_a_first_login_revokes_nothing() -> None:
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode())])
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    assert len(server.requests) == 2
+
+
+ALL_THREE = [["login", "--gateway", "https://gw.example"], ["logout", "--gateway", "https://gw.example"],
+             ["credential", "--gateway", "https://gw.example", "--workspace", "w"]]
+
+
+def test_writing_never_follows_a_link_planted_at_a_predictable_temporary_name(config_home: Path) -> None:
+    """The old temporary name was `.credentials.json.<pid>`, opened without O_EXCL or O_NOFOLLOW."""
+    path = store.credentials_path()
+    path.parent.mkdir(mode=0o700)
+    victim = config_home / "victim"
+    victim.write_text("untouched")
+    (path.parent / f".{path.name}.{os.getpid()}").symlink_to(victim)
+    store.write(path, {"gateways": {}})
+    assert victim.read_text() == "untouched"
+    assert json.loads(path.read_text()) == {"gateways": {}} and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, f".{path.name}.{os.getpid()}"])
+
+
+def test_reading_and_locking_never_follow_a_link(capsys: pytest.CaptureFixture[str], config_home: Path) -> None:
+    path = store.credentials_path()
+    path.parent.mkdir(mode=0o700)
+    elsewhere = config_home / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"gateways": {"https://gw.example": {"session": "planted", "tokens": {}}}}))
+    path.symlink_to(elsewhere)
+    assert store.read(path) == {}
+    victim = config_home / "victim"
+    path.with_name(path.name + ".lock").symlink_to(victim)
+    line = one_line_failure(capsys, ["logout", "--gateway", "https://gw.example"])
+    assert "cannot lock" in line and not victim.exists()
+
+
+@pytest.mark.parametrize("argv", ALL_THREE, ids=["login", "logout", "credential"])
+def test_a_directory_others_can_write_to_is_refused(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    """Anyone who can write there could plant a session (kubectl would act in their workspace) or swap the file."""
+    path = store.credentials_path()
+    store.write(path, {"gateways": {"https://gw.example": {"session": "s", "tokens": {
+        "w": {"token": "t", "expires_at": _in(7000), "minted_at": _in(-1)}}}}})
+    path.parent.chmod(0o777)
+    assert cached.answer(argv[1:]) is None if argv[0] == "credential" else True
+    line = one_line_failure(capsys, argv)
+    assert f"{path.parent} is writable by group or others; fix it with `chmod 700 {path.parent}`" in line
+
+
+@pytest.mark.parametrize("argv", ALL_THREE, ids=["login", "logout", "credential"])
+def test_a_directory_owned_by_someone_else_is_refused(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    path = store.credentials_path()
+    store.write(path, {"gateways": {}})
+    monkeypatch.setattr(os, "geteuid", lambda: path.parent.stat().st_uid + 1)
+    line = one_line_failure(capsys, argv)
+    assert f"{path.parent} belongs to another user" in line
+
+
+@pytest.mark.parametrize("ca_file", ["/nonexistent/ca.pem", 7, "/dev/null"])
+def test_a_ca_bundle_that_cannot_be_loaded_is_one_line(capsys: pytest.CaptureFixture[str], ca_file: object) -> None:
+    """Gone since login, hand-edited, or not a bundle: credential says so; login still replaces such a session."""
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode())])
+    signed_in(server, ca_file=ca_file)
+    try:
+        assert "cannot use the CA bundle" in one_line_failure(capsys, credential(server))
+        assert commands.main(login(server)) == 0  # the old session's logout, with that bundle, fails quietly
+    finally:
+        server.close()
