@@ -16,7 +16,10 @@ notifications: every `probe_seconds` the listener sends a nonce with
 must hear it back within `probe_timeout`. A socket that died silently, or
 a transaction-mode pooler that runs `SELECT 1` but never delivers a
 NOTIFY, fails that within the 5 s in which a stream whose right ended must
-be cut (probe_seconds + probe_timeout, from the last echo heard). The
+be cut (probe_seconds + probe_timeout, from the last echo heard: 3.5 s).
+Often, with a lenient timeout, so that a moment's load on the database or
+the event loop does not count as a lost connection (a reset cuts every
+stream of the replica). The
 heartbeat is the listener's own: it moves no generation and reaches no
 subscriber. A connection judged lost is reset (streams cut, caches off)
 at once, before the listener waits for it to close.
@@ -48,7 +51,7 @@ ResetHook = Callable[[], None]
 
 class EventListener:
     def __init__(self, dsn: str, *, retry_seconds: float = 1.0, connect_timeout: float = 5.0,
-                 probe_seconds: float = 2.0, probe_timeout: float = 2.0) -> None:
+                 probe_seconds: float = 1.0, probe_timeout: float = 2.5) -> None:
         self._dsn = dsn
         self._connect_timeout = connect_timeout
         self._retry_seconds = retry_seconds
