@@ -69,12 +69,12 @@ async def login(request: web.Request) -> web.Response:
     # otherwise reach the rate-limit table's index and fail there (a 500).
     email = bounded_string(body.get("email"), "email", MAX_EMAIL_LENGTH, code="invalid_credentials_format")
     password = bounded_string(body.get("password"), "password", passwords.MAX_LENGTH, code="invalid_credentials_format")
+    found = await repo.user_with_hash_by_email(db, email.strip())
     # The email's count stops once the address is over its limit: an address
     # cycling through emails neither adds a row per email nor uses up
     # someone else's allowance (proxy.ratelimit).
     await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login, {"login": rate_address(request)},
-                            gated={"login-email": email.strip().lower()})
-    found = await repo.user_with_hash_by_email(db, email.strip())
+                            gated=dict([login_counter(found[0].id if found else None, email)]))
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)
     if not ok or found is None or found[0].status != "active":
@@ -92,6 +92,17 @@ async def login(request: web.Request) -> web.Response:
     }, headers={"Cache-Control": "no-store"})
     signin.set_session_cookies(response, opened)
     return response
+
+
+def login_counter(account: uuid.UUID | None, email: str) -> tuple[str, str]:
+    """The limit a login's email is counted against, and its subject: the
+    account the email found, however it was spelled. The lookup compares
+    with PostgreSQL's lower(), and Python's differs for some letters (`İ`):
+    keyed by the text, each such spelling of one email would get an
+    allowance of its own against the same password. An email that finds no
+    account is counted by its text, under a limit of its own name (no text
+    can pass for an account). Pure."""
+    return ("login-account", str(account)) if account is not None else ("login-email", email.strip().lower())
 
 
 async def _refuse_login(db: Database, user_id: uuid.UUID | None, ip: str | None) -> NoReturn:
