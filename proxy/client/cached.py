@@ -24,10 +24,6 @@ if TYPE_CHECKING:
 
 REFRESH_MARGIN = datetime.timedelta(minutes=10)
 """A cached token is used until this long before it expires (kubectl may run a long command with it)."""
-LONGEST_REUSE = datetime.timedelta(minutes=5)
-"""Nor for longer than this after it was minted: the plugin never sees kubectl's 401, and a workspace
-suspended and resumed has a new ServiceAccount, every earlier token dead. Each mint is one of the
-user's GATEWAY_RATE_KUBECONFIG issuances (default 30 a minute): one per workspace per 5 minutes."""
 LONGEST_LIFETIME = datetime.timedelta(hours=2, minutes=5)
 """No token expires later than this from now: the contract's 2 hours, and 5 minutes of clock skew."""
 _ORIGIN_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")
@@ -57,10 +53,8 @@ def cached_token(entry: dict[str, Any], workspace: str) -> tuple[str, datetime.d
     cached = entry.get("tokens", {}).get(workspace)
     if not isinstance(cached, dict) or not isinstance(cached.get("token"), str):
         return None
-    expires_at, minted_at = parse_time(cached.get("expires_at")), parse_time(cached.get("minted_at"))
+    expires_at = parse_time(cached.get("expires_at"))
     if expires_at is None or not REFRESH_MARGIN < expires_at - now() <= LONGEST_LIFETIME:
-        return None
-    if minted_at is None or not datetime.timedelta(0) <= now() - minted_at < LONGEST_REUSE:
         return None
     return cached["token"], expires_at
 

@@ -293,8 +293,7 @@ def cmd_credential(args: argparse.Namespace) -> int:
             found = cached_token(entry, workspace)  # another kubectl may have minted while we waited
             if found is None:
                 found = _mint(gateway, workspace, entry)
-                entry["tokens"][workspace] = {"token": found[0], "expires_at": found[1].isoformat(),
-                                              "minted_at": now().isoformat()}
+                entry["tokens"][workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
                 store.write(path, document)
     print(exec_credential(*found))
     return 0
