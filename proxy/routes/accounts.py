@@ -74,7 +74,7 @@ async def login(request: web.Request) -> web.Response:
     # cycling through emails neither adds a row per email nor uses up
     # someone else's allowance (proxy.ratelimit).
     await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login, {"login": rate_address(request)},
-                            gated=dict([login_counter(found[0].id if found else None, email)]))
+                            gated={"login-email": login_counter(found[0].id if found else None, email)})
     # Verify even for unknown emails: both failures take the same time.
     ok = await passwords.verify_password(found[1] if found else None, password)
     if not ok or found is None or found[0].status != "active":
@@ -94,15 +94,16 @@ async def login(request: web.Request) -> web.Response:
     return response
 
 
-def login_counter(account: uuid.UUID | None, email: str) -> tuple[str, str]:
-    """The limit a login's email is counted against, and its subject: the
-    account the email found, however it was spelled. The lookup compares
-    with PostgreSQL's lower(), and Python's differs for some letters (`İ`):
-    keyed by the text, each such spelling of one email would get an
-    allowance of its own against the same password. An email that finds no
-    account is counted by its text, under a limit of its own name (no text
-    can pass for an account). Pure."""
-    return ("login-account", str(account)) if account is not None else ("login-email", email.strip().lower())
+def login_counter(account: uuid.UUID | None, email: str) -> str:
+    """What a login's per-email limit counts against: the account the email
+    found, however it was spelled. The lookup compares with PostgreSQL's
+    lower(), and Python's differs for some letters (`İ`): keyed by the
+    text, each such spelling of one email would get an allowance of its own
+    against the same password. An email that finds no account is counted by
+    its text; the prefixes keep a text from passing for an account. One
+    limit either way: its name is in the 429, which must not say whether
+    the email has an account. Pure."""
+    return f"account:{account}" if account is not None else f"email:{email.strip().lower()}"
 
 
 async def _refuse_login(db: Database, user_id: uuid.UUID | None, ip: str | None) -> NoReturn:

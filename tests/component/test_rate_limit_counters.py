@@ -10,6 +10,7 @@ limit, the per-email count still holds across addresses.
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, AsyncIterator
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from proxy.ratelimit import CounterSweeper
-from tests.gatewayclient import error_of, unique_email
+from tests.gatewayclient import PASSWORD, error_of, unique_email
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ async def test_an_address_over_its_login_limit_adds_no_counter_per_email(make_ga
         answer = await gateway.post("/api/v1/auth/login", json={"email": unique_email(), "password": "wrong!!"})
         statuses.append((await error_of(answer))[0])
     assert statuses == [401, 401] + [429] * 6
-    assert len(await counters(db, "login-email:")) == 2
+    assert len(await counters(db, "login-email:email:")) == 2
 
 
 async def test_one_email_is_still_limited_across_addresses(make_gateway: Any) -> None:
@@ -77,3 +78,21 @@ async def test_one_email_is_still_limited_across_addresses(make_gateway: Any) ->
                                     headers={"X-Forwarded-For": address})
         statuses.append((await error_of(answer))[0])
     assert statuses == [401, 401, 429]
+
+
+async def test_an_emails_limit_answers_alike_whether_or_not_it_has_an_account(make_gateway: Any) -> None:
+    """The per-email counter is the account's when the email finds one
+    (however it is spelled): its 429 must still read as an unknown email's."""
+    gateway = await make_gateway(GATEWAY_RATE_LOGIN="2/60", GATEWAY_TRUSTED_PROXIES="127.0.0.1")
+    known = unique_email()
+    registered = await gateway.post("/api/v1/auth/register", json={"email": known, "password": PASSWORD})
+    assert registered.status == 201
+    answers = []
+    for email in (known, unique_email()):
+        for address in ("198.51.100.1", "198.51.100.2", "198.51.100.3"):
+            answer = await gateway.post("/api/v1/auth/login", json={"email": email, "password": "wrong!!"},
+                                        headers={"X-Forwarded-For": address})
+            error = (await answer.json())["error"]
+            answers.append((answer.status, error["code"], re.sub(r"\d+", "N", error["message"])))
+    assert answers[:3] == answers[3:]
+    assert [status for status, *_ in answers[:3]] == [401, 401, 429]
