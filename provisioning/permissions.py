@@ -7,8 +7,10 @@ not our reading of Role objects. `required_permissions` is exactly
 deploy/kubernetes's ClusterRole `tenant-gateway`; `FORBIDDEN` is what a
 compromised gateway must not be able to do. Beyond those fixed questions,
 SelfSubjectRulesReviews (in kube-system and a tenant namespace) list what
-RBAC grants; every grant neither required nor held by every authenticated
-user is excessive. The comparisons are pure; only `probe_permissions` does I/O.
+RBAC grants; every grant neither required, forbidden nor held by every
+authenticated user is noted (not refused). The comparisons are pure; the
+I/O is `probe_permissions`'s (the cluster) and `shipped_policies`'s (the
+packaged admission.yaml).
 
 RBAC cannot keep the gateway's cluster-wide grants out of kube-system, nor
 stop it handing a tenant namespace to the garbage collector through
@@ -84,6 +86,10 @@ class Permission:
         }
 
 
+_RBAC = "rbac.authorization.k8s.io"
+_ADMISSION = "admissionregistration.k8s.io"
+
+
 def rule_grants(rule: Mapping[str, Any], namespace: str = "") -> tuple[Permission, ...]:
     """Each (verb, resource, name) an RBAC PolicyRule grants, as a ClusterRole
     or a SelfSubjectRulesReview spells it ("*" stays "*")."""
@@ -100,7 +106,6 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     `create` is onboarding's (onboarding.converge_object, and resume and
     reconcile through it); `get` is its adoption of an object an earlier
     attempt made (the same function, on AlreadyExists)."""
-    rbac = "rbac.authorization.k8s.io"
     # list (namespaces): check's own search for a tenant namespace to probe;
     # patch: the suspension label (suspension.suspend / resume).
     needed = [Permission(v, "namespaces") for v in ("create", "get", "list", "patch")]
@@ -113,15 +118,11 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "delete", "patch")]
     needed += [Permission("create", "serviceaccounts", subresource="token")]  # kube.tokens.request_token
     needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get")]
-    needed += [Permission(v, "rolebindings", rbac) for v in ("create", "get", "list", "delete", "patch")]
-    needed += [Permission("bind", "clusterroles", rbac, name=tenant_cluster_role)]
+    needed += [Permission(v, "rolebindings", _RBAC) for v in ("create", "get", "list", "delete", "patch")]
+    needed += [Permission("bind", "clusterroles", _RBAC, name=tenant_cluster_role)]
     needed += [Permission("list", r, "admissionregistration.k8s.io")  # check reads the tenant policies
                for r in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")]
     return tuple(needed)
-
-
-_RBAC = "rbac.authorization.k8s.io"
-_ADMISSION = "admissionregistration.k8s.io"
 
 
 def _verbs(verbs: str, resource: str, group: str = "", **where: str) -> tuple[Permission, ...]:
@@ -347,9 +348,18 @@ def _policy_spec(spec: Mapping[str, Any]) -> Any:
     return _without_empty(filled)
 
 
+# Fields that narrow what a policy holds when the installed one has them
+# and the shipped one does not. Any other field only the installed policy
+# has is a default a newer API server fills in: not a difference, or every
+# cluster upgrade could stop the gateway from starting.
+_NARROWING = frozenset({"excludeResourceRules", "matchConditions", "namespaceSelector", "objectSelector",
+                        "paramKind"})
+
+
 def _differences(shipped: Any, installed: Any, path: str) -> list[str]:
     if isinstance(shipped, dict) and isinstance(installed, dict):
-        return [found for key in dict.fromkeys([*shipped, *installed])
+        keys = [*shipped, *(key for key in installed if key in _NARROWING and key not in shipped)]
+        return [found for key in keys
                 for found in _differences(shipped.get(key), installed.get(key), f"{path}.{key}")]
     return [] if shipped == installed else [path]
 
@@ -385,30 +395,40 @@ def policy_gaps(policies: list[dict[str, Any]], bindings: list[dict[str, Any]],
 class PermissionReport:
     missing: tuple[Permission, ...]
     excessive: tuple[Permission | str, ...]
+    """Forbidden permissions, and bypasses of the walls: refused."""
+    beyond_needs: tuple[str, ...] = ()
+    """Grants neither needed nor forbidden: said, not refused. Managed
+    clusters grant every account some, and an upgrade may apply the new
+    ClusterRole after the new image or before it."""
     unproven: tuple[str, ...] = ()
-    """Probes that could not be made: not a pass."""
+    """Probes that could not be made: said, not refused (a tenant can make
+    one impossible by deleting its own RoleBinding)."""
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.excessive and not self.unproven
+        """The contract's pass: every permission needed, nothing forbidden."""
+        return not self.missing and not self.excessive
 
     def lines(self) -> list[str]:
         out = [f"missing: {p}" for p in self.missing] + [f"excessive: {p}" for p in self.excessive]
-        out += [f"unproven: {line}" for line in self.unproven]
-        return out or ["ok: the gateway's credential holds every permission it needs and nothing forbidden"]
+        out += [f"note: {line}" for line in self.beyond_needs] + [f"unproven: {line}" for line in self.unproven]
+        if self.ok:
+            out.append("ok: the gateway's credential holds every permission it needs and nothing forbidden")
+        return out
 
 
 def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], *,
              reviews: Mapping[str, Mapping[str, Any]] | None = None,
              bypasses: tuple[str, ...] = (), unproven: tuple[str, ...] = ()) -> PermissionReport:
     """`reviews`: SelfSubjectRulesReview statuses by namespace, whose grants
-    beyond `required` are excessive. `bypasses`: admitted confinement probes
-    and policy gaps, reported as excessive: each lets the credential or a
-    tenant do what it must not."""
+    beyond `required` (and not forbidden) are noted. `bypasses`: admitted
+    confinement probes and policy gaps, reported as excessive: each lets the
+    credential or a tenant do what it must not."""
     forbidden = tuple(p for p in FORBIDDEN if allowed[p])
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
-        excessive=forbidden + rules_beyond(reviews or {}, required, forbidden) + bypasses,
+        excessive=forbidden + bypasses,
+        beyond_needs=rules_beyond(reviews or {}, required, forbidden),
         unproven=unproven,
     )
 

@@ -185,12 +185,14 @@ def _self_check(settings: Settings, allow_excess: bool) -> None:
         if not allow_excess:
             _fail(text + "\nrefusing to start; fix the ClusterRole and admission policies, or pass --allow-excess-permissions", 1)
         log.warning("STARTING WITH EXCESS PERMISSIONS (--allow-excess-permissions): " + text)
-    if report.unproven:
-        # Said, but no reason to stay down: a probe that could not be made
-        # is one a tenant can prevent (it deletes its own RoleBinding), and
-        # a start refused for it would let tenants keep the gateway down.
-        # `tenant-gateway check` exits 1 for it.
-        log.warning("permission self-check could not make every probe", extra={"unproven": list(report.unproven)})
+    if report.beyond_needs or report.unproven:
+        # Said, but no reason to stay down: grants beyond the gateway's needs
+        # that are not forbidden (a managed cluster's, or the old role during
+        # an upgrade), and probes that could not be made (a tenant can
+        # prevent one by deleting its own RoleBinding; refusing to start for
+        # that would let tenants keep the gateway down).
+        log.warning("permission self-check: not refused, but worth a look",
+                    extra={"beyond_needs": list(report.beyond_needs), "unproven": list(report.unproven)})
 
 
 def _run_loop() -> None:
