@@ -186,16 +186,26 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
                 service_account_uid=new_uid,
             )
         except BaseException:
-            await _undo_resume(kube, ns, binding.path)
+            await _undo_resume(db, kube, workspace_id, new_uid, ns, binding.path)
             raise
 
 
-async def _undo_resume(kube: KubeClient, namespace: str, binding_path: str) -> None:
+async def _undo_resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, new_uid: str, namespace: str,
+                       binding_path: str) -> None:
     """The database still says suspended (the resume's commit failed), and
     so must the cluster: the label back, the binding gone. Otherwise the
     tenant's workloads would act in a namespace that the database, the
     console and the audit log show as suspended, and nothing would say so.
-    Best effort: the repeated resume, or a suspension, finishes either way."""
+    Unless the commit did happen after all (the connection went during its
+    answer, or the task was cancelled just after): then the resume stands.
+    A database that cannot say counts as suspended: fail closed. Best
+    effort: the repeated resume, or a suspension, finishes either way."""
+    try:
+        current = await repo.get_workspace(db, workspace_id)
+    except Exception:
+        current = None
+    if current is not None and current.status == "provisioned" and current.service_account_uid == new_uid:
+        return
     try:
         await kube.merge_patch(f"/api/v1/namespaces/{namespace}", manifests.suspended_label_patch(True))
         await _delete_now(kube, binding_path)

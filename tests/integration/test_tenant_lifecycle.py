@@ -403,3 +403,35 @@ async def test_a_resume_whose_commit_fails_leaves_the_namespace_suspended(
     # Repeating the call finishes it.
     again = await root.call("POST", f"{path}/resume")
     assert await again.json() == {"id": workspace["id"], "status": "provisioned"}
+
+
+async def test_a_resume_whose_commit_answer_was_lost_is_not_undone(
+        cluster: LocalCluster, gateway: Any, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FAKE fault, which a real PostgreSQL cannot be made to show on cue:
+    the commit happens, and its answer is lost (the connection goes during
+    it). The workspace is provisioned in the database, so the cluster must
+    stay open: undoing it would leave a provisioned tenant whom the cluster
+    refuses, and a repeated resume answers 409."""
+    from provisioning import suspension
+    from provisioning.errors import DatabaseUnavailable
+
+    committed = suspension._change_status
+
+    async def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:
+        await committed(*args, **kwargs)
+        raise DatabaseUnavailable()
+
+    monkeypatch.setattr(suspension, "TOKEN_CACHE_GRACE_SECONDS", 0.0)
+    heidi = await register_and_login(gateway)
+    workspace = await heidi.init()
+    namespace, path = workspace["namespace"], f"/api/v1/workspaces/{workspace['id']}"
+    root = await admin_session(gateway, database_url)
+    assert (await root.call("POST", f"{path}/suspend")).status == 200
+    monkeypatch.setattr(suspension, "_change_status", commit_then_lose_the_answer)
+    assert (await root.call("POST", f"{path}/resume")).status == 503
+    monkeypatch.undo()
+
+    labels = json.loads(cluster.kubectl_run("get", "namespace", namespace, "-o", "json").stdout)["metadata"]["labels"]
+    assert manifests.SUSPENDED_LABEL not in labels
+    cluster.kubectl_run("get", "rolebinding", manifests.TENANT_ROLEBINDING, "-n", namespace)
+    assert (await (await root.call("GET", path)).json())["status"] == "provisioned"
