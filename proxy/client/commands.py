@@ -308,9 +308,12 @@ def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, dat
     if status != 200 or not isinstance(body, dict) or not isinstance(body.get("token"), str):
         raise CommandError(f"no token for workspace {workspace}: {_error_text(status, body)}")
     expires_at = parse_time(body.get("expires_at"))
-    if expires_at is None or not now() < expires_at <= now() + LONGEST_LIFETIME:
+    if expires_at is None or expires_at <= now():
         raise CommandError("the gateway's answer had no valid expiry (the tokens it mints last 2 hours at most)")
-    return body["token"], expires_at
+    # Later than a token can live: this machine's clock is behind (or the
+    # answer exaggerates). Used until the longest lifetime from now, by
+    # this clock, which is before the token really expires either way.
+    return body["token"], min(expires_at, now() + LONGEST_LIFETIME)
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
