@@ -228,7 +228,11 @@ class WriteProbe:
 
     def unproven(self, why: str) -> str:
         """The line for a probe that could not be made: admission never ran."""
-        return f"not shown refused, the probe could not be made ({why}): {self.admitted}"
+        return _unproven(why, self.admitted)
+
+
+def _unproven(why: str, admitted: str) -> str:
+    return f"not shown refused, the probe could not be made ({why}): {admitted}"
 
 
 _OWNER = {"apiVersion": "v1", "kind": "ConfigMap", "name": "tenant-gateway-probe",
@@ -266,22 +270,24 @@ def confinement_probes(tenant_namespace: str | None, *, rolebinding: bool = True
     return tuple(probes)
 
 
+_ROLEBINDING_OPENED = f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}"
+
+
 def _rolebinding_probe(tenant_namespace: str) -> WriteProbe:
     # patch is held to let go of a binding being deleted, nothing more.
     return WriteProbe("PATCH", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{tenant_namespace}/rolebindings/"
                                f"{manifests.TENANT_ROLEBINDING}",
                       {"subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
                                      "name": "system:authenticated"}]},
-                      f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}")
+                      _ROLEBINDING_OPENED)
 
 
 def rolebinding_unproven(sampled: int, cluster_role: str) -> str:
     """Tenant namespaces exist, but none sampled holds the RoleBinding to
     patch: a missing one answers NotFound before admission runs, which
     proves nothing (and a tenant can delete its own)."""
-    return _rolebinding_probe("-").unproven(
-        f"none of the {sampled} tenant namespaces sampled holds RoleBinding {manifests.TENANT_ROLEBINDING} "
-        f"of ClusterRole {cluster_role}")
+    return _unproven(f"none of the {sampled} tenant namespaces sampled holds RoleBinding "
+                     f"{manifests.TENANT_ROLEBINDING} of ClusterRole {cluster_role}", _ROLEBINDING_OPENED)
 
 
 # The admission policies in deploy/kubernetes/admission.yaml and the

@@ -193,7 +193,10 @@ class _RequestHandler(RequestHandler):
             return super().handle_error(request, status, exc, message)
         request_id = new_request_id()
         if status >= 500:
-            self.log_exception("unhandled error", exc_info=exc, extra={"request_id": request_id})
+            if exc is not None:  # a bug
+                self.log_exception("unhandled error", exc_info=exc, extra={"request_id": request_id})
+            else:  # aiohttp's own (a handler past its time): no traceback to give
+                log.warning("request not answered", extra={"request_id": request_id, "status": status})
             code, text = "internal_error", "the gateway failed to handle the request"
         else:
             log.info("request not understood", extra={

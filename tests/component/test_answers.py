@@ -141,7 +141,8 @@ async def test_what_aiohttp_cannot_parse_is_answered_in_the_contracts_shape(
     assert headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"
     assert headers["x-request-id"]
     assert b"AAAA" not in body and b"sekrit" not in body
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # (The event listener's own warnings, a heartbeat late on a busy machine, are not about this request.)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "provisioning.events"]
     assert "sekrit" not in caplog.text and "AAAA" not in caplog.text
 
 

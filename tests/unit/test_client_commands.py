@@ -273,7 +273,7 @@ def test_an_answer_that_drips_is_cut_off_at_the_deadline(
     finally:
         server.close()
     assert "did not answer within 1 s" in line
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 30  # the drip alone would take minutes
 
 
 def test_an_answer_larger_than_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -469,7 +469,7 @@ def test_terminal_escapes_from_the_gateway_are_never_printed(
                          ids=["ended", "refused", "unanswered"])
 def test_login_ends_the_session_it_replaces(monkeypatch: pytest.MonkeyPatch, revoked: bytes) -> None:
     """Best effort and brief: whatever the gateway says to the logout, the new session is kept."""
-    monkeypatch.setattr(commands, "_REVOKE_TIMEOUT", 0.5)
+    monkeypatch.setattr(commands, "_REVOKE_TIMEOUT", 2)  # room for the logout to reach the server on a busy machine
     server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode()),
                            revoked])
     signed_in(server)  # session "s"
@@ -478,7 +478,7 @@ def test_login_ends_the_session_it_replaces(monkeypatch: pytest.MonkeyPatch, rev
         assert commands.main(login(server)) == 0
     finally:
         server.close()
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < commands._TIMEOUT / 2  # not the exchanges' own deadline
     logout = server.requests[2]
     assert logout.startswith(b"POST /api/v1/auth/logout ") and b"Authorization: Bearer s\r\n" in logout
     assert store.read(store.credentials_path())["gateways"][server.url]["session"] == "new"
