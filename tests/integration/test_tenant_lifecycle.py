@@ -370,6 +370,14 @@ async def test_an_onboarding_retried_during_a_suspension_makes_nothing_in_the_su
     assert "tenant-admin" not in listed.stdout and manifests.TENANT_SERVICE_ACCOUNT not in listed.stdout
 
 
+async def suspended_workspace(gateway: Any, database_url: str) -> tuple[dict[str, Any], Session]:
+    """A new tenant's workspace, suspended by an admin; and the admin's session."""
+    workspace = await (await register_and_login(gateway)).init()
+    root = await admin_session(gateway, database_url)
+    assert (await root.call("POST", f"/api/v1/workspaces/{workspace['id']}/suspend")).status == 200
+    return workspace, root
+
+
 async def test_a_resume_whose_commit_fails_leaves_the_namespace_suspended(
         cluster: LocalCluster, gateway: Any, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The resume's last step, marking the workspace provisioned with its
@@ -380,11 +388,8 @@ async def test_a_resume_whose_commit_fails_leaves_the_namespace_suspended(
     from provisioning import suspension
 
     monkeypatch.setattr(suspension, "TOKEN_CACHE_GRACE_SECONDS", 0.0)
-    grace = await register_and_login(gateway)
-    workspace = await grace.init()
+    workspace, root = await suspended_workspace(gateway, database_url)
     namespace, path = workspace["namespace"], f"/api/v1/workspaces/{workspace['id']}"
-    root = await admin_session(gateway, database_url)
-    assert (await root.call("POST", f"{path}/suspend")).status == 200
 
     locker = await asyncpg.connect(database_url)
     try:
@@ -422,11 +427,8 @@ async def test_a_resume_whose_commit_answer_was_lost_is_not_undone(
         raise DatabaseUnavailable()
 
     monkeypatch.setattr(suspension, "TOKEN_CACHE_GRACE_SECONDS", 0.0)
-    heidi = await register_and_login(gateway)
-    workspace = await heidi.init()
+    workspace, root = await suspended_workspace(gateway, database_url)
     namespace, path = workspace["namespace"], f"/api/v1/workspaces/{workspace['id']}"
-    root = await admin_session(gateway, database_url)
-    assert (await root.call("POST", f"{path}/suspend")).status == 200
     monkeypatch.setattr(suspension, "_change_status", commit_then_lose_the_answer)
     assert (await root.call("POST", f"{path}/resume")).status == 503
     monkeypatch.undo()

@@ -276,15 +276,18 @@ def test_an_answer_that_drips_is_cut_off_at_the_deadline(
     assert time.monotonic() - started < 30  # the drip alone would take minutes
 
 
-def test_an_answer_larger_than_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    body = b'{"token": "' + b"t" * (1 << 20) + b'"}'
+def credential_failure(capsys: pytest.CaptureFixture[str], body: bytes) -> str:
+    """`credential`'s one line when the gateway's token answer is `body`."""
     server = CannedServer([answer(body)])
     signed_in(server)
     try:
-        line = one_line_failure(capsys, credential(server))
+        return one_line_failure(capsys, credential(server))
     finally:
         server.close()
-    assert "answer larger than 1 MiB" in line
+
+
+def test_an_answer_larger_than_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "answer larger than 1 MiB" in credential_failure(capsys, b'{"token": "' + b"t" * (1 << 20) + b'"}')
 
 
 @pytest.mark.parametrize("command", ["login", "credential", "logout"])
@@ -354,14 +357,9 @@ FAR = "9999-12-31T23:59:59-12:00"  # past datetime's range once in UTC
 def test_a_minted_token_whose_expiry_is_past_or_unreadable_is_refused(
         capsys: pytest.CaptureFixture[str], expires_at: object) -> None:
     """kubectl would call again at once, for ever."""
-    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": expires_at}).encode())])
-    signed_in(server)
-    try:
-        line = one_line_failure(capsys, credential(server))
-    finally:
-        server.close()
-    assert "no valid expiry" in line
-    assert store.read(store.credentials_path())["gateways"][server.url]["tokens"] == {}  # nothing cached
+    assert "no valid expiry" in credential_failure(capsys, json.dumps({"token": "t", "expires_at": expires_at}).encode())
+    (entry,) = store.read(store.credentials_path())["gateways"].values()
+    assert entry["tokens"] == {}  # nothing cached
 
 
 @pytest.mark.parametrize("expires_at", [FAR, _in(3 * 3600)], ids=["absurd", "three-hours"])
