@@ -38,7 +38,8 @@ resume that finds another operation under way is refused (409), a
 suspension waits for it and then runs, so the kill switch always ends in
 `suspended`. Nor does it queue behind other workspaces' onboardings and
 resumes: those leave room in the pool's long holds for suspensions
-(Database.long_hold). Resume only resumes what is suspended.
+(Database.long_hold). Resume only resumes what is suspended; a provisioned
+workspace is answered as it is, untouched (a repeated resume).
 """
 
 from __future__ import annotations
@@ -166,6 +167,11 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
         workspace = await repo.get_workspace(db, workspace_id)
         if workspace is None:
             raise NotFound("no such workspace")
+        if workspace.status == "provisioned":
+            # A repeated resume (its first answer lost, say): the contract's
+            # 200, and nothing touched (a new ServiceAccount would end every
+            # kubeconfig the tenant holds).
+            return workspace
         if workspace.status != "suspended":
             raise Conflict(f"the workspace is {workspace.status}, not suspended", code="workspace_not_suspended")
         ns, wid = workspace.namespace, str(workspace.id)

@@ -293,8 +293,10 @@ async def test_resume_after_a_cut_short_suspension_leaves_old_kubeconfigs_dead(
     old = save(tmp_path, "dave.kubeconfig", await dave.kubeconfig())
     assert kubectl(cluster, old, "get", "configmaps").returncode == 0
     root = await admin_session(gateway, database_url)
+    # Resuming what is not suspended is the contract's 200, and touches nothing: the kubeconfig still works.
     not_suspended = await root.call("POST", f"{path}/resume")
-    assert not_suspended.status == 409 and (await not_suspended.json())["error"]["code"] == "workspace_not_suspended"
+    assert await not_suspended.json() == {"id": workspace["id"], "status": "provisioned"}
+    assert kubectl(cluster, old, "get", "configmaps").returncode == 0
 
     # The gateway died right after a suspension's first step: the row says
     # suspended; the bindings and the ServiceAccount are untouched.
@@ -416,7 +418,8 @@ async def test_a_resume_whose_commit_answer_was_lost_is_not_undone(
     the commit happens, and its answer is lost (the connection goes during
     it). The workspace is provisioned in the database, so the cluster must
     stay open: undoing it would leave a provisioned tenant whom the cluster
-    refuses, and a repeated resume answers 409."""
+    refuses, which a repeated resume (a 200 that touches nothing) would not
+    put right."""
     from provisioning import suspension
     from provisioning.errors import DatabaseUnavailable
 
