@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 REFRESH_MARGIN = datetime.timedelta(minutes=10)
 """A cached token is used until this long before it expires (kubectl may run a long command with it)."""
 LONGEST_LIFETIME = datetime.timedelta(hours=2, minutes=5)
-"""No token expires later than this from now: the contract's 2 hours, and 5 minutes of clock skew."""
+"""No token is used or cached past this from now, whatever expiry the gateway gives: the contract's 2 hours,
+and 5 minutes of clock skew (a clock further behind makes a fresh token look longer-lived)."""
 _ORIGIN_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:")
 
 
