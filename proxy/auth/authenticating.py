@@ -35,7 +35,19 @@ from proxy.expiring import ExpiringMap
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _ID_TOKEN_SESSIONS = uuid.UUID("5b0e1f1c-4a52-4d63-9c55-0e6a2f7b7e01")
-"""Namespace of the session ids of bearer ID tokens (uuid5 of the token)."""
+"""Namespace of the session ids of bearer ID tokens (see `id_token_session_id`)."""
+
+
+def id_token_session_id(token: str) -> uuid.UUID:
+    """The session a bearer ID token stands for. Pure.
+
+    Named after what the provider signed (header and claims, as sent), never
+    after the signature's spelling: base64url lets one signature be written
+    several ways (padding, a last character's unused bits), and an ECDSA
+    signature has a second valid form anyone can compute. Keyed on the whole
+    text, each respelling of a logged-out token would be a new, live session.
+    """
+    return uuid.uuid5(_ID_TOKEN_SESSIONS, token.rpartition(".")[0])
 
 
 @dataclass(frozen=True)
@@ -119,7 +131,7 @@ class Authenticator:
         known = self._id_tokens.get(token)
         if known is None:
             provider, identity = await self._oidc.bearer_identity(token)
-            session_id = uuid.uuid5(_ID_TOKEN_SESSIONS, token)
+            session_id = id_token_session_id(token)
             # A token logged out (or whose user was suspended) on any replica
             # is refused here, before `admit` writes its claims to the user's
             # row: an ended session must not change anything.

@@ -250,6 +250,10 @@ async def test_a_bearer_id_token_works_on_the_api_and_the_proxy_and_is_audited_w
     assert refused.status == 401
     other = await make_gateway(oidc_providers=both(keycloak))
     assert (await me(other, bearer))[0] == 401
+    # Respelled, it is the same signed token, and stays logged out: padding
+    # the signature (which the JWT library accepts) makes no new session.
+    padded = {"Authorization": bearer["Authorization"] + "=="}
+    assert (await me(other, padded))[0] == 401
 
 
 async def test_cross_realm_replay_is_refused(make_gateway: Callable[..., Any], keycloak: Any) -> None:

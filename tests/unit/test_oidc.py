@@ -19,6 +19,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from provisioning.kubeconfig import render_exec_kubeconfig
+from proxy.auth.authenticating import id_token_session_id
 from proxy.auth import oidc_flow, oidc_tokens
 from proxy.auth.oidc_providers import OIDCProvider, parse_providers
 from proxy.auth.oidc_tokens import InvalidIdToken
@@ -94,6 +95,17 @@ def test_a_token_signed_by_another_key_is_refused() -> None:
     forged = jwt.encode({"iss": ISSUER}, other, algorithm="RS256", headers={"kid": "k1"})
     with pytest.raises(InvalidIdToken):
         verify(forged)
+
+
+def test_a_respelled_token_verifies_and_is_still_the_same_session() -> None:
+    """Given a token and its signature written another way (padding), when
+    both are verified, then both pass and name one session: logging one out
+    ends the other. A token with other claims is another session."""
+    token = fake_token()
+    respelled = token + "=="
+    assert verify(respelled).subject == verify(token).subject
+    assert id_token_session_id(respelled) == id_token_session_id(token)
+    assert id_token_session_id(fake_token(sub="someone-else")) != id_token_session_id(token)
 
 
 def test_an_enormous_token_is_refused_before_it_is_parsed() -> None:
