@@ -5,10 +5,15 @@ One `ProviderClient` per configured provider, all sharing one outbound
 `discovery_seconds` (GATEWAY_OIDC_DISCOVERY_SECONDS, an hour); the JWKS is cached until a token names a key id it does not hold, then
 fetched again (key rotation), but at most once per `refetch_interval` per
 provider: a flood of tokens with made-up key ids costs the provider one
-request per interval, not one per token. A fetch that fails is remembered
-for the same interval: meanwhile a token naming a key not held is answered
-503 (provider unavailable), not 401, and the provider is not asked again.
-Each fill is single-flight.
+request per interval, not one per token. A fetch that fails (discovery or
+keys) is remembered for the same interval: meanwhile a token naming a key
+not held is answered 503 (provider unavailable), not 401, and the provider
+is not asked again; a discovery document that could not be refreshed is
+used until a refresh succeeds. Each fill is single-flight.
+
+Redirects are never followed, and every address the discovery document
+names must be https (plain http on loopback only), as the issuer must: the
+client secret and the signing keys travel over them.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import jwt
 
 from provisioning.errors import ServiceUnavailable, Unauthenticated
 from proxy.auth import oidc_tokens
-from proxy.auth.oidc_providers import OIDCProvider
+from proxy.auth.oidc_providers import OIDCProvider, is_secure_url
 from proxy.auth.oidc_tokens import Identity, InvalidIdToken
 from proxy.bodies import read_at_most
 
@@ -65,6 +70,7 @@ class ProviderClient:
         self._refetch_interval = refetch_interval
         self._discovery_seconds = discovery_seconds
         self._discovery: tuple[float, Discovery] | None = None
+        self._discovery_failed_at: float | None = None
         self._keys: dict[str, jwt.PyJWK] = {}
         self._keys_fetched_at: float | None = None
         self._keys_failed_at: float | None = None
@@ -74,7 +80,8 @@ class ProviderClient:
 
     async def _get_json(self, url: str) -> Any:
         try:
-            async with self._session.get(url, ssl=self._ssl if self._ssl is not None else True) as answer:
+            async with self._session.get(url, ssl=self._ssl if self._ssl is not None else True,
+                                         allow_redirects=False) as answer:
                 raw = await read_at_most(answer.content, MAX_RESPONSE_BYTES)
                 if answer.status != 200 or len(raw) > MAX_RESPONSE_BYTES:
                     raise ProviderUnavailable()
@@ -99,10 +106,29 @@ class ProviderClient:
             return await self._discovery_locked()
 
     async def _discovery_locked(self) -> Discovery:
-        """Re-check, then fetch; the caller holds the lock."""
+        """Re-check, then fetch; the caller holds the lock. A failed fetch
+        is not repeated within the refetch interval, and the last good
+        document (if any) stands in for it."""
         found = self._fresh_discovery()
         if found is not None:
             return found
+        stale = self._discovery[1] if self._discovery is not None else None
+        failed_at = self._discovery_failed_at
+        if failed_at is not None and self._clock() - failed_at < self._refetch_interval:
+            if stale is not None:
+                return stale
+            raise ProviderUnavailable()
+        try:
+            found = await self._fetch_discovery()
+        except ProviderUnavailable:
+            self._discovery_failed_at = self._clock()
+            if stale is not None:
+                return stale
+            raise
+        self._discovery, self._discovery_failed_at = (self._clock(), found), None
+        return found
+
+    async def _fetch_discovery(self) -> Discovery:
         document = await self._get_json(self.provider.issuer.rstrip("/") + "/.well-known/openid-configuration")
         # OIDC discovery 4.3: the document must name exactly the configured issuer.
         if document.get("issuer") != self.provider.issuer:
@@ -116,7 +142,8 @@ class ProviderClient:
             )
         except KeyError:
             raise ProviderUnavailable("the identity provider's discovery document is incomplete") from None
-        self._discovery = (self._clock(), found)
+        if not all(map(is_secure_url, (found.authorization_endpoint, found.token_endpoint, found.jwks_uri))):
+            raise ProviderUnavailable("the identity provider's discovery names an address that is not https")
         return found
 
     async def signing_key(self, kid: Any) -> jwt.PyJWK:
@@ -174,7 +201,8 @@ class ProviderClient:
         try:
             async with self._session.post(discovery.token_endpoint, data=form,
                                           headers={"Authorization": f"Basic {basic}", "Accept": "application/json"},
-                                          ssl=self._ssl if self._ssl is not None else True) as answer:
+                                          ssl=self._ssl if self._ssl is not None else True,
+                                          allow_redirects=False) as answer:
                 raw = await read_at_most(answer.content, MAX_RESPONSE_BYTES)
                 status = answer.status
         except (aiohttp.ClientError, asyncio.TimeoutError, ssl.SSLError):

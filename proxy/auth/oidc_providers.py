@@ -93,8 +93,7 @@ def parse_provider(entry: Any, index: int) -> OIDCProvider:
         raise ProviderConfigError(f"{where}: unknown keys {', '.join(unknown)}")
     issuer = _text(entry, "issuer", where, required=True) or ""
     parts = urlsplit(issuer)
-    loopback = parts.hostname in ("127.0.0.1", "localhost", "::1")
-    if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+    if not is_secure_url(issuer):
         raise ProviderConfigError(f"{where}: issuer must be an https:// URL (http only on loopback, for development)")
     if parts.query or parts.fragment:
         raise ProviderConfigError(f"{where}: issuer must not have a query or fragment")
@@ -118,6 +117,13 @@ def parse_provider(entry: Any, index: int) -> OIDCProvider:
         audiences=_strings(entry, "audiences", where) or (),
         ca_file=Path(ca_file).expanduser() if ca_file else None,
     )
+
+
+def is_secure_url(url: str) -> bool:
+    """https, or plain http to this machine only (development): the one rule
+    for the issuer and every address its discovery document names."""
+    parts = urlsplit(url)
+    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"))
 
 
 def parse_providers(loaded: Any) -> tuple[OIDCProvider, ...]:

@@ -1,4 +1,4 @@
-"""An identity provider whose keys cannot be fetched is unavailable (503), not a forger (401).
+"""An identity provider that cannot be reached is unavailable (503), not a forger (401), and not flooded.
 
 Given a provider whose discovery answers but whose JWKS address refuses
 connections (a loopback port where nothing listens: a real refusal), when a
@@ -14,6 +14,7 @@ by the whole session and cannot be made to stop serving its keys on cue.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import AsyncIterator
@@ -48,6 +49,13 @@ async def serve(app: web.Application, port: int = 0) -> web.AppRunner:
     return runner
 
 
+def signed(issuer: str, sub: str = "u-1") -> str:
+    now = int(time.time())
+    return jwt.encode({"iss": issuer, "aud": "tenant-gateway", "sub": sub, "iat": now, "exp": now + 300,
+                       "email": f"{sub}@own.example", "email_verified": True}, KEY, algorithm="RS256",
+                      headers={"kid": "k1"})
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
@@ -72,10 +80,7 @@ async def test_keys_that_cannot_be_fetched_answer_503_until_they_can(http: aioht
                                  "client_secret": "s"}])[0]
     clock = Clock()
     client = ProviderClient(provider, http, clock=clock, refetch_interval=INTERVAL)
-    now = int(time.time())
-    token = jwt.encode({"iss": issuer, "aud": "tenant-gateway", "sub": "u-1", "iat": now, "exp": now + 300,
-                        "email": "a@own.example", "email_verified": True}, KEY, algorithm="RS256",
-                       headers={"kid": "k1"})
+    token = signed(issuer)
     keys_server: web.AppRunner | None = None
     try:
         with pytest.raises(ProviderUnavailable) as first:
@@ -102,3 +107,90 @@ async def test_keys_that_cannot_be_fetched_answer_503_until_they_can(http: aioht
         if keys_server is not None:
             await keys_server.cleanup()
         await discovery.cleanup()
+
+
+async def test_a_failing_discovery_is_asked_once_per_interval(http: aiohttp.ClientSession) -> None:
+    """Given a provider whose discovery answers 503, when many tokens naming
+    it arrive at once and again within the interval, then each is 503 and the
+    provider was asked once; after the interval, once more. Once discovery
+    works, a later failed refresh keeps the last good document in use."""
+    hits: list[int] = []
+    failing = {"now": True}
+
+    async def configuration(request: web.Request) -> web.Response:
+        hits.append(1)
+        if failing["now"]:
+            return web.Response(status=503)
+        issuer = str(request.url.origin())
+        return web.json_response({"issuer": issuer, "authorization_endpoint": f"{issuer}/auth",
+                                  "token_endpoint": f"{issuer}/token", "jwks_uri": f"{issuer}/certs"})
+
+    async def certs(request: web.Request) -> web.Response:
+        return web.json_response({"keys": [JWK]})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/openid-configuration", configuration)
+    app.router.add_get("/certs", certs)
+    server = await serve(app)
+    issuer = f"http://127.0.0.1:{server.addresses[0][1]}"
+    provider = parse_providers([{"name": "own", "issuer": issuer, "client_id": "tenant-gateway",
+                                 "client_secret": "s"}])[0]
+    clock = Clock()
+    client = ProviderClient(provider, http, clock=clock, refetch_interval=INTERVAL, discovery_seconds=3600)
+    token = signed(issuer)
+    try:
+        outcomes = await asyncio.gather(*(client.verify(token, audiences=("tenant-gateway",)) for _ in range(20)),
+                                        return_exceptions=True)
+        assert all(isinstance(outcome, ProviderUnavailable) for outcome in outcomes)
+        assert len(hits) == 1
+        clock.now += INTERVAL - 1
+        with pytest.raises(ProviderUnavailable):
+            await client.verify(token, audiences=("tenant-gateway",))
+        assert len(hits) == 1
+
+        failing["now"] = False
+        clock.now += 1
+        assert (await client.verify(token, audiences=("tenant-gateway",))).subject == "u-1"
+        assert len(hits) == 2
+        failing["now"] = True
+        clock.now += 3600
+        assert (await client.verify(signed(issuer, sub="u-2"), audiences=("tenant-gateway",))).subject == "u-2"
+        assert len(hits) == 3
+    finally:
+        await server.cleanup()
+
+
+@pytest.mark.parametrize("answer", ["plain-http-keys", "redirect"])
+async def test_discovery_that_would_leak_the_secret_or_keys_is_refused(http: aiohttp.ClientSession,
+                                                                       answer: str) -> None:
+    """Given a discovery document naming plain-http addresses off this machine,
+    or a discovery address that redirects, when a token is verified, then 503
+    and nothing is fetched from the named or redirected-to address."""
+    elsewhere: list[str] = []
+
+    async def configuration(request: web.Request) -> web.Response:
+        issuer = str(request.url.origin())
+        if answer == "redirect":
+            raise web.HTTPFound(f"{issuer}/moved")
+        return web.json_response({"issuer": issuer, "authorization_endpoint": f"{issuer}/auth",
+                                  "token_endpoint": "http://idp.example/token", "jwks_uri": f"{issuer}/certs"})
+
+    async def moved(request: web.Request) -> web.Response:
+        elsewhere.append(request.path)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_get("/.well-known/openid-configuration", configuration)
+    app.router.add_get("/moved", moved)
+    app.router.add_get("/certs", moved)
+    server = await serve(app)
+    issuer = f"http://127.0.0.1:{server.addresses[0][1]}"
+    provider = parse_providers([{"name": "own", "issuer": issuer, "client_id": "tenant-gateway",
+                                 "client_secret": "s"}])[0]
+    client = ProviderClient(provider, http, clock=Clock(), refetch_interval=INTERVAL)
+    try:
+        with pytest.raises(ProviderUnavailable):
+            await client.verify(signed(issuer), audiences=("tenant-gateway",))
+        assert elsewhere == []
+    finally:
+        await server.cleanup()
