@@ -87,12 +87,14 @@ def request_head(method: str, target: str, host: str, headers: CIMultiDict[str],
     if has_body:
         lines.append(f"Content-Length: {content_length}" if content_length is not None
                      else "Transfer-Encoding: chunked")
-    head = "\r\n".join(lines)
-    # Every line break must be one of the separators just put in.
-    if head.count("\n") != len(lines) - 1 or head.count("\r") != len(lines) - 1 or "\0" in head:
+    # No line break or NUL in any line, before the separators go in. (`in`
+    # is a memchr; counting them in the joined head walked every character,
+    # the bearer token's thousand included, twice per request.)
+    fields = "".join(lines)
+    if "\n" in fields or "\r" in fields or "\0" in fields:
         raise UnsafeHead("a request line or header holds a line break")
     try:
-        return (head + "\r\n\r\n").encode("utf-8", "surrogateescape")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a lone surrogate no byte decoded to
         raise UnsafeHead("a request line or header is not text") from None
 
