@@ -69,10 +69,12 @@ def upgrade_refused(status: int) -> NoReturn:
 
 
 def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:
-    context = ssl.create_default_context()
+    """The cluster's CA alone when it is configured: a certificate that a
+    public CA issued for the API server's name must not receive tenant
+    tokens. The system's roots only when no CA is given."""
     if ca_pem:
-        context.load_verify_locations(cadata=ca_pem.decode())
-    return context
+        return ssl.create_default_context(cadata=ca_pem.decode())
+    return ssl.create_default_context()
 
 
 class Upstream:

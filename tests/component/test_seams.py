@@ -6,7 +6,8 @@ tenant token is reused until its refresh point on the gateway's clock, then
 renewed; what reaches the API server is that token alone, never the
 client's credential; an API server that hangs is a 503 once the
 upstream timeout setting has passed, and one whose certificate its CA did
-not sign is a 503 too. With them, hostile input that the pass-through
+not sign is a 503 too, as is one a CA other than the configured cluster CA
+signed, however trusted by the machine. With them, hostile input that the pass-through
 refuses before the API server would see it is a 4xx: a NUL in an exec's
 command, a WebSocket key that is no key."""
 
@@ -25,6 +26,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
+from devstack import pki
 from provisioning.db import repositories as repo
 from provisioning.kube.client import ClusterEndpoint
 from provisioning.kube.errors import from_status
@@ -235,6 +237,33 @@ async def test_an_api_server_whose_certificate_its_ca_did_not_sign_is_a_503(
     user, path = await provisioned_workspace(gateway)
     assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
     assert seen == []
+
+
+async def test_a_certificate_the_system_trusts_is_refused_when_the_cluster_ca_did_not_sign_it(
+        make_gateway: Any, fake_api_server: FakeAPIServer, gateway_tls: tuple[ssl.SSLContext, Path],
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Someone between the gateway and the API server holds a certificate
+    for its name from a CA the machine trusts (here the machine's store is
+    that CA alone, through SSL_CERT_FILE): with the cluster's CA configured,
+    the pass-through trusts that CA only, so it is a 503 and the tenant's
+    token never leaves."""
+    seen: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.json_response({})
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(gateway_tls[1]))  # the "public" CA that signed the server
+    server, _ = await fake_api_server(record, ssl=gateway_tls[0])
+    cluster_ca, _key = pki.make_ca("the-real-cluster-ca")
+    pinned = Upstream(f"https://127.0.0.1:{server.port}", cluster_ca.cert_pem)
+    try:
+        gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=pinned)
+        user, path = await provisioned_workspace(gateway)
+        assert await k8s_error(await gateway.get(path, headers=user.bearer)) == (503, "cluster_unavailable")
+        assert seen == []
+    finally:
+        pinned.close()
 
 
 async def test_a_compressed_request_body_crosses_as_sent(make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
