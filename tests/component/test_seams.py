@@ -190,6 +190,35 @@ async def test_a_write_whose_client_stops_sending_its_body_is_a_408_not_an_outag
         impatient.close()
 
 
+async def test_a_write_whose_body_breaks_off_is_the_clients_400_not_an_outage(
+        make_gateway: Any, fake_api_server: FakeAPIServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A tenant sends a chunked body whose second chunk size is garbage and
+    waits for the answer: its body, not the API server, failed. A 400, and
+    no WARNING: a 503 `cluster_unavailable` would let any tenant raise the
+    gateway's outage alarms at will."""
+    async def read_the_body(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"kind": "ConfigMap"}, status=201)
+
+    server, _upstream = await fake_api_server(read_the_body)
+    gateway = await make_gateway(kube=FakeTokenIssuer(str(server.make_url("")).rstrip("/")))
+    user, path = await provisioned_workspace(gateway)
+    caplog.set_level(logging.INFO)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", gateway.server.port, ssl=ssl.create_default_context(cafile=str(gateway.ca_file)),
+        server_hostname="127.0.0.1")
+    try:
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {user.bearer['Authorization']}\r\nContent-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n8\r\n{\"kind\":\r\nzz\r\n".encode())
+        async with asyncio.timeout(10):
+            status_line = await reader.readline()
+    finally:
+        writer.close()
+    assert status_line.split()[1] == b"400", status_line
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name != "provisioning.events"]
+    assert loud == [], [(r.name, r.getMessage()) for r in loud]
+
+
 async def test_a_write_whose_client_left_before_the_answer_is_still_audited(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """The write reached the (FAKE, hung) API server, which may well carry
