@@ -220,7 +220,12 @@ def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Deci
     pods = core and rest[0] == "pods"
     is_exec = pods and subresource in _EXEC_SUBRESOURCES
     follow = pods and subresource == "log" and _query_flag(query, "follow")
-    return forward(long_running=watch_path or is_exec or follow, is_exec=is_exec)
+    # Only a GET streams here: the WebSocket upgrade's method, and the one a
+    # log follow is read with. Any other method is answered at once (the API
+    # server refuses a write here; a HEAD has no body), so, like a write with
+    # `watch`, it keeps the upstream timeout and takes no stream slot.
+    streams = method == "GET" and (is_exec or follow)
+    return forward(long_running=watch_path or streams, is_exec=is_exec)
 
 
 def stream_target(decision: Decision) -> dict[str, object]:

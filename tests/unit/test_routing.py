@@ -96,10 +96,19 @@ def test_forwarded(method: str, path: str, query: str, upstream: str) -> None:
     ("GET", f"/api/v1/namespaces/{OWN}/pods/p/log", "follow=false", False, False),
     ("GET", f"/api/v1/namespaces/{OWN}/pods/p/log", "", False, False),
     ("GET", f"/api/v1/namespaces/{OWN}/pods/p/exec", "command=sh&stdin=true&tty=true", True, True),
-    ("POST", f"/api/v1/namespaces/{OWN}/pods/p/exec", "command=sh", True, True),
     ("GET", f"/api/v1/namespaces/{OWN}/pods/p/attach", "stdout=true", True, True),
-    ("POST", f"/api/v1/namespaces/{OWN}/pods/p/portforward", "ports=80", True, True),
     ("GET", f"/api/v1/namespaces/{OWN}/pods/p/portforward", "ports=80", True, True),
+    # Only GET (the upgrade's method, the log's) streams: any other method is
+    # answered at once and keeps the upstream timeout, like a write with `watch`.
+    ("POST", f"/api/v1/namespaces/{OWN}/pods/p/exec", "command=sh", False, True),
+    ("PUT", f"/api/v1/namespaces/{OWN}/pods/p/attach", "stdout=true", False, True),
+    ("PATCH", f"/api/v1/namespaces/{OWN}/pods/p/exec", "command=sh", False, True),
+    ("DELETE", f"/api/v1/namespaces/{OWN}/pods/p/attach", "", False, True),
+    ("POST", f"/api/v1/namespaces/{OWN}/pods/p/portforward", "ports=80", False, True),
+    ("HEAD", f"/api/v1/namespaces/{OWN}/pods/p/exec", "command=sh", False, True),
+    ("POST", f"/api/v1/namespaces/{OWN}/pods/p/log", "follow=1", False, False),
+    ("DELETE", f"/api/v1/namespaces/{OWN}/pods/p/log", "follow=true", False, False),
+    ("HEAD", f"/api/v1/namespaces/{OWN}/pods/p/log", "follow=1", False, False),
     # a custom resource that happens to be called "pods" is not the core exec
     ("GET", f"/apis/example.com/v1/namespaces/{OWN}/pods/p/exec", "", False, False),
     # follow means nothing outside pods/{name}/log
