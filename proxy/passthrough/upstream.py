@@ -61,8 +61,14 @@ class UpgradeRefused(GatewayError):
 def upgrade_refused(status: int) -> NoReturn:
     """The mapping of an upgrade the API server answered with anything but
     101: its own error status, passed on (a 401 is retried once with a fresh
-    token by the caller), or a redirect, never chased: it would carry the
-    tenant's token where the tenant wall never looked."""
+    token by the caller); a success, which is a path that takes no WebSocket
+    (a configmap read) answered as a plain request: the client's mistake, a
+    400, not a 502 and a warning that any tenant could cause at will; or a
+    redirect, never chased: it would carry the tenant's token where the
+    tenant wall never looked."""
+    if 200 <= status < 300:
+        raise BadRequest("this resource does not take a WebSocket: the Kubernetes API server answered "
+                         "the upgrade as a plain request", code="upgrade_not_supported")
     if 300 <= status < 400:
         raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect")
     raise UpgradeRefused(status)

@@ -421,6 +421,34 @@ async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
     huge = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={
         **user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="),
         "Sec-WebSocket-Extensions": "permessage-deflate; server_max_window_bits=" + "1" * 4400})
-    # (The FAKE API server answers 200 to every request: a refused upgrade.)
-    assert await k8s_error(huge) == (502, "upgrade_refused")
+    # (The FAKE API server answers 200 to every request: a path without WebSockets.)
+    assert await k8s_error(huge) == (400, "upgrade_not_supported")
     assert seen and not [name for name in seen[-1] if name.lower() == "sec-websocket-extensions"]
+
+
+@pytest.mark.parametrize("status, refusal", [
+    # A path that takes no WebSocket (a configmap read) is answered as a plain
+    # request: the client's mistake, not an API server at fault.
+    (200, (400, "upgrade_not_supported")),
+    (204, (400, "upgrade_not_supported")),
+    # A redirect is never chased (it would carry the tenant's token elsewhere).
+    (302, (502, "upstream_error")),
+    # The API server's own refusals are passed on.
+    (403, (403, "upgrade_refused")),
+    (503, (503, "upgrade_refused")),
+])
+async def test_an_upgrade_the_api_server_answers_without_switching_is_refused_by_what_it_answered(
+        make_gateway: Any, fake_api_server: FakeAPIServer, caplog: pytest.LogCaptureFixture,
+        status: int, refusal: tuple[int, str]) -> None:
+    async def answer(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": "https://elsewhere.example/"} if status == 302 else {})
+
+    _server, upstream = await fake_api_server(answer)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    caplog.set_level(logging.INFO)
+    refused = await gateway.get(path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+    assert await k8s_error(refused) == refusal
+    # Only the API server's own failures are worth a warning: no tenant can make one at will.
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.getMessage() == "request failed"]
+    assert bool(warned) == (refusal[0] >= 500), warned
