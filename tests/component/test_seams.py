@@ -116,6 +116,22 @@ async def provisioned_workspace(gateway: Any) -> tuple[Any, str]:
     return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
 
 
+async def heard_provisioned_workspace(gateway: Any) -> tuple[Any, str]:
+    """`provisioned_workspace`, returned once the gateway has heard of the
+    provisioning (its workspace_changed event). Arriving later, the event
+    cuts a stream of the workspace being opened, as it would for any right
+    that changed while a stream was authorised: a test of how a stream opens
+    must not race it."""
+    heard: set[str] = set()
+    gateway.server.app[keys.EVENTS].subscribe(lambda message: heard.add(str(message.get("id"))))
+    user, path = await provisioned_workspace(gateway)
+    workspace_id = path.split("/")[2]
+    async with asyncio.timeout(10):
+        while workspace_id not in heard:
+            await asyncio.sleep(0.01)
+    return user, path
+
+
 async def k8s_error(answer: Any) -> tuple[int, str]:
     """Status and code of a refusal on /k8s (the contract's error, in a Kubernetes Status)."""
     body = await answer.json()
@@ -384,7 +400,7 @@ async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
 
     seen, upstream = api_server
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await provisioned_workspace(gateway)
+    user, path = await heard_provisioned_workspace(gateway)
     secret = "base64url.bearer.authorization.k8s.io.c2VjcmV0LXRva2Vu"
     headers = CIMultiDict(_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="))
     headers.update(user.bearer)
@@ -404,7 +420,7 @@ async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
         make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
     seen, upstream = api_server
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await provisioned_workspace(gateway)
+    user, path = await heard_provisioned_workspace(gateway)
     exec_path = path.replace("/configmaps", "/pods/p/exec")
     # A NUL in the command: PostgreSQL's jsonb cannot hold it in the exec's
     # audit row, which comes first (no row, no session).
@@ -445,7 +461,7 @@ async def test_an_upgrade_the_api_server_answers_without_switching_is_refused_by
 
     _server, upstream = await fake_api_server(answer)
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await provisioned_workspace(gateway)
+    user, path = await heard_provisioned_workspace(gateway)
     caplog.set_level(logging.INFO)
     refused = await gateway.get(path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
     assert await k8s_error(refused) == refusal
