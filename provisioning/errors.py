@@ -15,6 +15,9 @@ class GatewayError(Exception):
     message = "the gateway could not complete the request"
     retry_after: int | None = None
     """Seconds after which a retry may succeed (`Retry-After`), if the error says."""
+    closes_connection = False
+    """The answer says `Connection: close`: the client's retry comes on a new
+    connection, which a load balancer may send to another replica."""
 
     def __init__(self, message: str | None = None, *, code: str | None = None) -> None:
         self.message = message or self.message
@@ -88,6 +91,17 @@ class EventsUnavailable(ServiceUnavailable):
     message = ("this gateway replica cannot open watches, log follows or exec, attach and port-forward "
                "sessions while it reconnects to the database's events; retry in a moment")
     retry_after = 1
+
+
+class ShuttingDown(ServiceUnavailable):
+    """This replica is stopping (proxy.draining): the answer to a request the
+    drain refuses, and to a stream the stop ended before its answer began.
+    The retry comes on a new connection, which a load balancer sends to a
+    replica that is not stopping."""
+
+    code, message = "shutting_down", "this gateway replica is shutting down; retry"
+    retry_after = 1
+    closes_connection = True
 
 
 class DatabaseRefused(DatabaseUnavailable):

@@ -4,7 +4,8 @@ On SIGTERM (see proxy.serving) `Drain.begin` runs: from then on `/readyz`
 and every new request are answered 503 with the contract's error
 `shutting_down` (and `Connection: close`, so the client's next attempt goes
 through the load balancer to another replica); open watches and exec
-sessions are ended cleanly by the callbacks registered in `on_begin`; and
+sessions are ended cleanly by the callbacks registered in `on_begin` (one
+still being opened gets the same 503: proxy.passthrough.streams); and
 `wait_idle` returns when the requests already in flight have finished, or
 when the drain time is up. Liveness (`/healthz`) still answers (and `/metrics`, on its own listener):
 a pod that is stopping is not a dead pod.
@@ -22,7 +23,8 @@ from typing import Callable
 
 from aiohttp import web
 
-from proxy.errors import error_response
+from provisioning.errors import ShuttingDown
+from proxy.errors import error_response, render
 
 # Requests cancelled at the end of the drain get this long to send their 503.
 _OVERDUE_SECONDS = 0.5
@@ -95,8 +97,7 @@ class Drain:
         """The 503 for a request that arrives during the drain, or None."""
         if self.started_at is None or request.path in _ALWAYS:
             return None
-        return error_response(request, 503, "shutting_down", "this gateway replica is shutting down; retry",
-                              headers={"Connection": "close"}, retry_after=1)
+        return render(request, ShuttingDown())
 
     def settle(self, task: "asyncio.Task[object]") -> None:
         """After `task` left, while `wait_idle` watches: idle if it was the last."""

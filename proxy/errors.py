@@ -22,7 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
-from provisioning.errors import GatewayError
+from provisioning.errors import GatewayError, ShuttingDown
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,8 @@ def error_response(request: web.BaseRequest, status: int, code: str, message: st
 
 
 def render(request: web.BaseRequest, error: GatewayError) -> web.Response:
-    return error_response(request, error.status, error.code, error.message, retry_after=error.retry_after)
+    return error_response(request, error.status, error.code, error.message, retry_after=error.retry_after,
+                          headers={"Connection": "close"} if error.closes_connection else None)
 
 
 def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:
@@ -85,7 +86,8 @@ def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:
     answer. Called from an `except` block (the front middleware's, in
     proxy.front), so a bug is logged with its traceback."""
     if isinstance(error, GatewayError):
-        if error.status >= 500:
+        # A stop is no failure: the drain's own refusals are not logged either.
+        if error.status >= 500 and not isinstance(error, ShuttingDown):
             log.warning("request failed", extra={"code": error.code, "status": error.status,
                                                  "cause": type(error.__cause__).__name__ if error.__cause__ else None})
         return render(request, error)

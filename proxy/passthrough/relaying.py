@@ -81,7 +81,7 @@ def relay_http(request: web.Request, ticket: Ticket, relay: Relay) -> Awaitable[
 
 
 async def _relay_tracked(request: web.Request, ticket: Ticket, relay: Relay) -> web.StreamResponse:
-    async with relay.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+    async with relay.streams.track(ticket.owner, request) as stream:  # a slot before anything opens upstream
         return await _relay_http(request, ticket, relay, stream)
 
 
@@ -90,7 +90,7 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
     """Relay one request and its answer. The body is relayed here too (one
     coroutine for the whole exchange): a long-running answer (`stream`)
     asked to end by a shutdown stops after a whole event and ends its body
-    cleanly."""
+    cleanly (asked before the answer began, `track` answers 503 instead)."""
     token = relay.cached_token(ticket) or await relay.token(ticket)
     try:
         try:

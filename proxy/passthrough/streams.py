@@ -18,7 +18,12 @@ to end one:
   the relay catches that cancellation and ends its answer the way the API
   server ends one (a watch's chunked body terminated after a whole event, a
   WebSocket closed with 1001 "going away"), so clients reconnect elsewhere
-  without reporting an error.
+  without reporting an error. A stream ended before its answer began (still
+  taking its slot, its token, the exec's audit row, or awaiting the API
+  server's head or 101) has nothing to end cleanly: `track` answers it, and
+  any stream opened after `end_all`, with the drain's 503 `shutting_down`
+  (proxy.draining), so the client retries elsewhere rather than see its
+  connection closed without an answer.
 
 `track` registers a stream and then takes one of its workspace's slots
 (proxy.passthrough.stream_slots: the cap across replicas) before anything
@@ -44,6 +49,9 @@ import collections
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Iterator
 
+from aiohttp import web
+
+from provisioning.errors import ShuttingDown
 from proxy.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
 
@@ -109,14 +117,24 @@ class StreamRegistry:
             collections.deque(maxlen=_KEPT_CUTS)
 
     @contextlib.asynccontextmanager
-    async def track(self, owner: Owner) -> AsyncIterator[Stream]:
+    async def track(self, owner: Owner, request: web.BaseRequest) -> AsyncIterator[Stream]:
         """The current task as a stream of `owner`'s, holding one of its
-        workspace's slots (429 if none is free)."""
+        workspace's slots (429 if none is free). ShuttingDown (503) if
+        `end_all` has run, or if it ends the stream before `request`'s
+        answer began; a cut, or an end that the relay did not take after
+        its answer began, stays a cancellation."""
+        if self.closing:
+            raise ShuttingDown()
         with self.register(owner) as stream:
-            async with self.slots.held(owner.workspace_id):
-                if self.closing:  # opened during the drain: end it at its first wait
-                    stream.end()
-                yield stream
+            try:
+                async with self.slots.held(owner.workspace_id):
+                    yield stream
+            except asyncio.CancelledError:
+                # No answer can follow one that has begun: only a cut is left
+                # then, as in Drain.cancelled.
+                if request.writer.output_size or not stream.take_end():
+                    raise
+                raise ShuttingDown() from None
 
     @contextlib.contextmanager
     def register(self, owner: Owner) -> Iterator[Stream]:
@@ -179,7 +197,7 @@ class StreamRegistry:
         return len(chosen)
 
     def end_all(self) -> None:
-        """Shutdown: end every open stream cleanly, and any opened from now on."""
+        """Shutdown: end every open stream cleanly, and refuse any opened from now on (`track`)."""
         self.closing = True
         for streams in list(self._open.values()):
             for stream in list(streams.values()):

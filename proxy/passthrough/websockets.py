@@ -279,7 +279,7 @@ async def relay_websocket(request: web.Request, ticket: Ticket, relay: Relay) ->
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
-    async with relay.streams.track(ticket.owner) as stream:  # a slot before anything opens upstream
+    async with relay.streams.track(ticket.owner, request) as stream:  # a slot before anything opens upstream
         return await _relay_websocket(request, ticket, relay, stream)
 
 

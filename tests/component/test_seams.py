@@ -468,3 +468,56 @@ async def test_an_upgrade_the_api_server_answers_without_switching_is_refused_by
     # Only the API server's own failures are worth a warning: no tenant can make one at will.
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.getMessage() == "request failed"]
     assert bool(warned) == (refusal[0] >= 500), warned
+
+
+@pytest.mark.parametrize("stream", ["watch", "exec"])
+async def test_a_stream_still_opening_when_the_stop_begins_is_answered_503_shutting_down(
+        make_gateway: Any, fake_api_server: FakeAPIServer, stream: str) -> None:
+    """The stop begins (SIGTERM: Drain.begin, which ends every stream) while
+    the FAKE API server has yet to answer a watch's head or an exec's 101: the
+    client gets the 503 that the drain gives every request it refuses, never
+    a connection closed without an answer."""
+    asked = asyncio.Event()
+
+    async def hold_the_answer(request: web.Request) -> web.Response:
+        asked.set()
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    _server, upstream = await fake_api_server(hold_the_answer)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await heard_provisioned_workspace(gateway)
+    if stream == "watch":
+        opening = gateway.get(f"{path}?watch=true", headers=user.bearer)
+    else:
+        opening = gateway.get(path.replace("/configmaps", "/pods/p/exec") + "?command=sh&stdout=true",
+                              headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+    answer = asyncio.ensure_future(opening)
+    await asyncio.wait_for(asked.wait(), 10)
+    gateway.server.app[keys.DRAIN].begin()
+    async with asyncio.timeout(10):
+        refused = await answer
+    assert await k8s_error(refused) == (503, "shutting_down")
+    assert (refused.headers["Retry-After"], refused.headers["Connection"]) == ("1", "close")
+
+
+async def test_a_watch_whose_answer_has_begun_still_ends_cleanly_when_the_stop_begins(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """Once a watch's answer runs, a stop ends it as the API server ends one:
+    after a whole event, with the chunked body's last chunk; no 503 then."""
+    async def one_event_then_hold(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"type":"ADDED","object":{"kind":"ConfigMap"}}\n')
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    _server, upstream = await fake_api_server(one_event_then_hold)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await heard_provisioned_workspace(gateway)
+    watch = await gateway.get(f"{path}?watch=true", headers=user.bearer)
+    assert watch.status == 200
+    async with asyncio.timeout(10):
+        assert json.loads(await watch.content.readline())["type"] == "ADDED"
+        gateway.server.app[keys.DRAIN].begin()
+        assert await watch.content.read() == b""  # the end of the body, not a broken connection

@@ -5,11 +5,15 @@ replicas, is PostgreSQL's: tests/component/test_stream_slots.py.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import uuid
+from types import SimpleNamespace
+from typing import Any, AsyncIterator
 
 import pytest
 
+from provisioning.errors import ShuttingDown
 from proxy.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import Owner, StreamRegistry
@@ -129,3 +133,74 @@ async def test_a_cut_followed_by_a_shutdowns_end_stays_a_cut() -> None:
     registry.end_all()
     registry.cut(ws)
     assert await ended(later_cut) and ends == ["clean"]
+
+
+class Slots:
+    """Stands in for StreamSlots (PostgreSQL's): every slot is free at once,
+    or, with `wait`, none comes until the test ends."""
+
+    def __init__(self, wait: bool = False) -> None:
+        self.wait = wait
+        self.taken = 0
+
+    @contextlib.asynccontextmanager
+    async def held(self, workspace_id: uuid.UUID) -> AsyncIterator[None]:
+        if self.wait:
+            await asyncio.Event().wait()
+        self.taken += 1
+        yield
+
+
+def request_with(answered_bytes: int) -> Any:
+    """What `track` reads of a request: how much of its answer has gone out."""
+    return SimpleNamespace(writer=SimpleNamespace(output_size=answered_bytes))
+
+
+async def opening(registry: StreamRegistry, who: Owner, answered_bytes: int = 0) -> asyncio.Task[None]:
+    """A stream that is still opening (awaiting its token, or the API
+    server's head or 101) and does not take a clean end itself: only a
+    relay loop, once its answer runs, does."""
+    async def stream() -> None:
+        async with registry.track(who, request_with(answered_bytes)):
+            await asyncio.Event().wait()
+    task = asyncio.create_task(stream())
+    await asyncio.sleep(0)
+    return task
+
+
+async def test_a_stream_the_shutdown_ends_before_its_answer_began_is_the_drains_503() -> None:
+    """A stream ended while it opens has no answer to end cleanly: it is
+    answered 503 `shutting_down` as any request the drain refuses, not cut
+    without an answer; so is one opened after the shutdown's `end_all`."""
+    slots = Slots()
+    registry = StreamRegistry(Metrics(), slots)  # type: ignore[arg-type]
+    ws, session, alice = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    while_opening = await opening(registry, owner(ws, session, alice))
+    registry.end_all()
+    with pytest.raises(ShuttingDown):
+        await while_opening
+    with pytest.raises(ShuttingDown):
+        await (await opening(registry, Owner(ws, session, alice, LATER, registry.cuts)))
+    assert slots.taken == 1  # the later one was refused before it took a slot
+
+
+async def test_a_stream_ended_while_waiting_for_its_slot_is_the_drains_503() -> None:
+    registry = StreamRegistry(Metrics(), Slots(wait=True))  # type: ignore[arg-type]
+    waiting = await opening(registry, owner(uuid.uuid4(), uuid.uuid4(), uuid.uuid4()))
+    registry.end_all()
+    with pytest.raises(ShuttingDown):
+        await waiting
+
+
+async def test_a_cut_while_opening_or_an_end_after_the_answer_began_stays_a_cancellation() -> None:
+    """A cut sends nothing more to a client whose right ended; and once an
+    answer has begun (an end the relay loop did not take: its headers still
+    going out), no 503 can follow it."""
+    registry = StreamRegistry(Metrics(), Slots())  # type: ignore[arg-type]
+    ws, session, alice = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    cut = await opening(registry, owner(ws, session, alice))
+    registry.cut(ws)
+    assert await ended(cut)
+    answered = await opening(registry, Owner(ws, session, alice, LATER, registry.cuts), answered_bytes=1)
+    registry.end_all()
+    assert await ended(answered)
