@@ -50,6 +50,8 @@ _FRAMING = frozenset({"host", "content-length", "transfer-encoding"})
 # The API server's header sections are a few hundred bytes; aiohttp's client
 # stopped at 8 KiB per line.
 MAX_HEAD_BYTES = 64 * 1024
+# The API server's refusal of an upgrade is a Status of a few hundred bytes.
+MAX_REFUSAL_BYTES = 64 * 1024
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)
 
 
@@ -445,11 +447,16 @@ class _UpgradeAnswer(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.head: asyncio.Future[tuple[int, CIMultiDict[str]]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.head: asyncio.Future[tuple[int, CIMultiDict[str]]] = loop.create_future()
         self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._headers: CIMultiDict[str] = CIMultiDict()
         self._head_bytes = 0
         self.early = bytearray()
+        self.refusal = bytearray()
+        """The body of an answer that is not a 101, up to MAX_REFUSAL_BYTES."""
+        self.refusal_read: asyncio.Future[bool] = loop.create_future()
+        """True once the whole refusal is in `refusal`; False if it was cut short or too large."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is not a subclass
@@ -474,9 +481,23 @@ class _UpgradeAnswer(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(UpstreamConnectionLost("the API server closed the connection before answering"))
+        self._refusal_done(False)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.add(name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+
+    def on_body(self, body: bytes) -> None:
+        if len(self.refusal) + len(body) > MAX_REFUSAL_BYTES:
+            self._refusal_done(False)
+        elif not self.refusal_read.done():
+            self.refusal += body
+
+    def on_message_complete(self) -> None:
+        self._refusal_done(True)
+
+    def _refusal_done(self, whole: bool) -> None:
+        if not self.refusal_read.done():
+            self.refusal_read.set_result(whole)
 
     def on_headers_complete(self) -> None:
         assert self._parser is not None
@@ -485,6 +506,7 @@ class _UpgradeAnswer(asyncio.Protocol):
 
     def _fail(self, error: Exception) -> None:
         self._parser = None  # it holds this protocol's bound methods
+        self._refusal_done(False)
         if not self.head.done():
             self.head.set_exception(error)
             self.head.exception()  # nobody may be waiting any more (a connect that failed, a timeout)
@@ -499,9 +521,12 @@ class Upgrade:
     the connection, and any bytes of the new protocol already read, to a
     protocol of the caller's."""
 
-    def __init__(self, status: int, headers: CIMultiDict[str], switched: _UpgradeAnswer | None) -> None:
+    def __init__(self, status: int, headers: CIMultiDict[str], switched: _UpgradeAnswer | None,
+                 body: bytes | None = None) -> None:
         self.status = status
         self.headers = headers
+        self.body = body
+        """A refusal's body, read whole (at most MAX_REFUSAL_BYTES), or None."""
         self._switched = switched
 
     def take_over(self, protocol: asyncio.Protocol) -> tuple[asyncio.Transport, bytes]:
@@ -600,8 +625,16 @@ class Pool:
             answer.abort()
             raise
         if status != 101:
-            answer.abort()  # the body of a refusal is not read
-            return Upgrade(status, answer_headers, None)
+            # The refusal's body is the API server's reason (a Status: "container
+            # not found", a denial), read within what is left of the deadline.
+            try:
+                async with asyncio.timeout(timeout):
+                    whole = await answer.refusal_read
+            except TimeoutError:
+                whole = False
+            finally:
+                answer.abort()
+            return Upgrade(status, answer_headers, None, bytes(answer.refusal) if whole else None)
         return Upgrade(status, answer_headers, answer)
 
     def _put_back(self, connection: _Connection) -> None:

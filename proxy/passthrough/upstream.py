@@ -24,8 +24,12 @@ from __future__ import annotations
 import ssl
 from typing import NoReturn
 
+from aiohttp import web
+from multidict import CIMultiDict
+
 from provisioning.errors import BadRequest, ClusterUnavailable, GatewayError, RequestTimeout, UpstreamError
-from proxy.passthrough.http1 import Pool, RequestBodyStalled, UnsafeHead, UpstreamProtocolError
+from proxy.passthrough.headers import downstream_response_headers
+from proxy.passthrough.http1 import Pool, RequestBodyStalled, UnsafeHead, Upgrade, UpstreamProtocolError
 
 SEND_FAILURES = (UnsafeHead, OSError, TimeoutError, UpstreamProtocolError)
 """What an exchange with the API server (`Pool.request`, `Pool.upgrade`, an
@@ -49,29 +53,41 @@ def send_failed(error: Exception) -> NoReturn:
 
 
 class UpgradeRefused(GatewayError):
-    """The API server did not switch protocols; its status is passed on."""
+    """The API server did not switch protocols; its status is passed on, and
+    its answer too when it was read whole (`relayed`)."""
 
     code = "upgrade_refused"
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, headers: CIMultiDict[str] | None = None, body: bytes | None = None) -> None:
         self.status = status if 400 <= status < 600 else 502
+        self._answer = (headers, body) if headers is not None and body and self.status == status else None
         super().__init__(f"the Kubernetes API server refused the upgrade with status {status}")
 
+    def relayed(self) -> web.Response | None:
+        """The API server's own answer, as a relayed request's would be: its
+        Status names the reason (a container that does not exist, a denial),
+        its Retry-After when to try again. None if there is none to give."""
+        if self._answer is None:
+            return None
+        headers, body = self._answer
+        return web.Response(status=self.status, body=body, headers=downstream_response_headers(headers))
 
-def upgrade_refused(status: int) -> NoReturn:
+
+def upgrade_refused(upgrade: Upgrade) -> NoReturn:
     """The mapping of an upgrade the API server answered with anything but
-    101: its own error status, passed on (a 401 is retried once with a fresh
+    101: its own error status and answer, passed on (a 401 is retried once with a fresh
     token by the caller); a success, which is a path that takes no WebSocket
     (a configmap read) answered as a plain request: the client's mistake, a
     400, not a 502 and a warning that any tenant could cause at will; or a
     redirect, never chased: it would carry the tenant's token where the
     tenant wall never looked."""
+    status = upgrade.status
     if 200 <= status < 300:
         raise BadRequest("this resource does not take a WebSocket: the Kubernetes API server answered "
                          "the upgrade as a plain request", code="upgrade_not_supported")
     if 300 <= status < 400:
         raise UpstreamError("the Kubernetes API server answered the upgrade with a redirect")
-    raise UpgradeRefused(status)
+    raise UpgradeRefused(status, upgrade.headers, upgrade.body)
 
 
 def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:

@@ -271,7 +271,7 @@ async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: st
         except UpstreamError:
             upgrade.abort()
             raise
-    upgrade_refused(upgrade.status)
+    upgrade_refused(upgrade)
 
 
 async def relay_websocket(request: web.Request, ticket: Ticket, relay: Relay) -> web.StreamResponse:
@@ -279,8 +279,16 @@ async def relay_websocket(request: web.Request, ticket: Ticket, relay: Relay) ->
         # Checked before anything is opened (or audited) upstream.
         raise BadRequest("a malformed WebSocket handshake (Connection, Sec-WebSocket-Key or -Version)",
                          code="bad_websocket_handshake")
-    async with relay.streams.track(ticket.owner, request) as stream:  # a slot before anything opens upstream
-        return await _relay_websocket(request, ticket, relay, stream)
+    try:
+        async with relay.streams.track(ticket.owner, request) as stream:  # a slot before anything opens upstream
+            return await _relay_websocket(request, ticket, relay, stream)
+    except UpgradeRefused as refused:
+        # kubectl falls back to SPDY after a refused upgrade, and prints why
+        # the upgrade was refused only with -v=4: the API server's own words.
+        answer = refused.relayed()
+        if answer is None:
+            raise
+        return answer
 
 
 async def _relay_websocket(request: web.Request, ticket: Ticket, relay: Relay, stream: Stream) -> web.StreamResponse:

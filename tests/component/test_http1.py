@@ -17,7 +17,7 @@ from typing import AsyncIterator, Awaitable, Callable
 import pytest
 from multidict import CIMultiDict
 
-from proxy.passthrough.http1 import (Pool, RequestBodyStalled, UpstreamConnectionLost, UpstreamProtocolError,
+from proxy.passthrough.http1 import (MAX_REFUSAL_BYTES, Pool, RequestBodyStalled, UpstreamConnectionLost, UpstreamProtocolError,
                                     request_head)
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -583,10 +583,22 @@ async def test_a_refused_upgrade_gives_its_status_and_closes_the_connection(
         closed.set()
 
     peer, pool = await peer_pool(lambda r, w: script(r, w))
-    upgrade = await pool.upgrade("/x", CIMultiDict(), timeout=5)
-    assert upgrade.status == 403
+    # Its body never ends: the status comes at the deadline, without it.
+    upgrade = await pool.upgrade("/x", CIMultiDict(), timeout=1)
+    assert upgrade.status == 403 and upgrade.body is None
     async with asyncio.timeout(5):
         await closed.wait()
+
+
+@pytest.mark.parametrize("body, kept", [(b'{"kind":"Status","message":"container not found"}', True),
+                                        (b"x" * (MAX_REFUSAL_BYTES + 1), False)])
+async def test_a_refused_upgrade_brings_its_body_when_whole_and_small(
+        peer_pool: Callable[..., Awaitable[tuple[FakePeer, Pool]]], body: bytes, kept: bool) -> None:
+    peer, pool = await peer_pool()
+    peer.scripts = [answering(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)(peer)]
+    upgrade = await pool.upgrade("/x", CIMultiDict(), timeout=5)
+    assert upgrade.status == 400 and upgrade.body == (body if kept else None)
 
 
 @pytest.mark.parametrize("answer", [b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n",  # then nothing

@@ -449,7 +449,8 @@ async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
     (204, (400, "upgrade_not_supported")),
     # A redirect is never chased (it would carry the tenant's token elsewhere).
     (302, (502, "upstream_error")),
-    # The API server's own refusals are passed on.
+    # The API server's own refusals are passed on: its status, and the
+    # gateway's words when it gave none.
     (403, (403, "upgrade_refused")),
     (503, (503, "upgrade_refused")),
 ])
@@ -468,6 +469,34 @@ async def test_an_upgrade_the_api_server_answers_without_switching_is_refused_by
     # Only the API server's own failures are worth a warning: no tenant can make one at will.
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.getMessage() == "request failed"]
     assert bool(warned) == (refusal[0] >= 500), warned
+
+
+async def test_an_upgrade_refusal_with_the_api_servers_reason_reaches_the_client_whole(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """The (FAKE) API server refuses an exec with its Status (a container that
+    does not exist) and an APF-style 429 with Retry-After: the client gets
+    that answer, as a relayed request would, so kubectl can say why, not
+    only the status."""
+    status_body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 0,
+                   "message": 'container "nope" not found in pod "p"', "reason": "BadRequest"}
+    refusals = iter([(400, {}), (429, {"Retry-After": "7"})])
+
+    async def answer(request: web.Request) -> web.Response:
+        status, headers = next(refusals)
+        return web.json_response({**status_body, "code": status}, status=status,
+                                 headers={**headers, "Set-Cookie": "upstream=1"})
+
+    _server, upstream = await fake_api_server(answer)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await heard_provisioned_workspace(gateway)
+    exec_path = path.replace("/configmaps", "/pods/p/exec") + "?command=sh&stdout=true&container=nope"
+    for status in (400, 429):
+        refused = await gateway.get(exec_path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+        body = await refused.json()
+        assert refused.status == status and body["code"] == status
+        assert body["message"] == 'container "nope" not found in pod "p"'
+        assert "Set-Cookie" not in refused.headers  # the relay's header rules hold
+    assert refused.headers["Retry-After"] == "7"
 
 
 @pytest.mark.parametrize("stream", ["watch", "exec"])
