@@ -8,7 +8,9 @@ proxy and default-header handling for every request). The relay needs none of th
 requests whose every part the gate has already checked, and answers passed
 on as they arrive. A WebSocket upgrade (`Pool.upgrade`) gets a connection
 of its own, which never returns to the pool: once the API server has
-switched protocols, the connection belongs to proxy.passthrough.websockets.
+switched protocols, the connection belongs to proxy.passthrough.websockets;
+if it refused, the refusal's body (its reason, a Status) is read first,
+when it is small and comes within the deadline.
 
 The rules that keep one tenant's answer from ever reaching another's
 request on a shared connection:
