@@ -107,7 +107,8 @@ class ShuttingDown(ServiceUnavailable):
 class DatabaseRefused(DatabaseUnavailable):
     """The server answered, and would not let the gateway in: a wrong
     password (a credential rotated), a pg_hba rule, a database that is not
-    there. The message says which, and never holds the URL or the password."""
+    there; or the URL cannot be read at all, so there is nothing to retry.
+    The message says which, and never holds the URL or the password."""
 
     code, message = "database_refused", "the database refused the gateway's connection"
 

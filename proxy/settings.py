@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 import yaml
 
@@ -203,10 +203,57 @@ def _listen(name: str, text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def _split(name: str, text: str) -> SplitResult:
+    """urlsplit, whose refusals (an unclosed '[' of an IPv6 host) would
+    quote the value: said here in words of our own."""
+    try:
+        return urlsplit(text)
+    except ValueError:
+        raise SettingsError(f"{name} is not a URL") from None
+
+
+def _port_text_ok(port: str) -> bool:
+    return port.isascii() and port.isdigit() and 0 < int(port) < 65536
+
+
 def _database_url(name: str, text: str) -> Secret:
-    if urlsplit(text).scheme not in ("postgres", "postgresql"):
+    """A postgresql:// URL asyncpg can read. Its password, not
+    percent-encoded, may hold '/', '#', '?' or '@', which split the URL in
+    the wrong place (the rest of the password read as a port, a path or a
+    query), and asyncpg's error would quote part of it: refused here in
+    words that never quote the URL."""
+    parts = _split(name, text)
+    if parts.scheme not in ("postgres", "postgresql"):
         raise SettingsError(f"{name} must be a postgresql:// URL")
+    problem = _database_url_problem(parts)
+    if problem is not None:
+        raise SettingsError(f"{name} cannot be read: {problem} (percent-encode any '/', '#', '?', '@' or '%' "
+                            "in its user name and password)")
     return Secret(text)
+
+
+def _database_url_problem(parts: SplitResult) -> str | None:
+    """What asyncpg could not read in the URL, in words that quote none of it.
+    Its hosts are split as asyncpg splits them: a comma-separated list, each
+    `host[:port]` or `[ipv6][:port]`, after the first '@'."""
+    if parts.fragment:
+        return "a '#' in it"
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    if "@" in userinfo:
+        return "more than one '@' before the host"
+    for host in hosts.split(",") if hosts else ():
+        if not host:
+            return "an empty host in its list of hosts"
+        port = host.partition("]")[2].removeprefix(":") if host.startswith("[") else host.partition(":")[2]
+        if port and not _port_text_ok(port):
+            return "a port that is not a number from 1 to 65535"
+    try:
+        query = parse_qsl(parts.query, strict_parsing=True) if parts.query else []
+    except ValueError:
+        return "a query that is not name=value pairs"
+    if any(key == "port" and not all(map(_port_text_ok, value.split(","))) for key, value in query):
+        return "a port that is not a number from 1 to 65535"
+    return None
 
 
 def _file(name: str, text: str) -> Path:

@@ -5,7 +5,8 @@ any connection failure, timeout or server shutdown becomes
 DatabaseUnavailable (503), so callers fail closed without catching asyncpg;
 a server that refuses to let the gateway in while it connects (a wrong
 password after a credential rotation, a pg_hba rule, a database gone)
-becomes its subclass DatabaseRefused, whose one-line message says which.
+becomes its subclass DatabaseRefused, whose one-line message says which;
+so does a URL asyncpg cannot read (never quoted: it holds the password).
 
 Pooled connections carry no session state: the gateway never SETs a
 setting, LISTENs (the event listener has its own connection), holds a cursor
@@ -58,6 +59,12 @@ def _refused(error: asyncpg.PostgresError) -> DatabaseRefused:
     if isinstance(error, asyncpg.exceptions.InvalidCatalogNameError):  # 3D000
         return DatabaseRefused("the gateway's database does not exist")
     return DatabaseRefused(f"the database refused the gateway's connection (SQLSTATE {error.sqlstate})")
+
+
+# asyncpg reads the URL only as it connects, and its refusals quote the part
+# it could not read: with a password not percent-encoded, part of the password.
+_UNREADABLE_URL = ("the database URL cannot be read (a port that is not a number, or a password whose "
+                   "'/', '#', '?' or '@' is not percent-encoded)")
 
 
 def start_embedded_postgres(data_dir: Path, *, stop_at_exit: bool = True) -> str:
@@ -115,6 +122,8 @@ class Database:
                 dsn, min_size=min_size, max_size=max_size, command_timeout=timeout,
                 timeout=timeout, reset=_keep_session,
             )
+        except (ValueError, OverflowError):  # asyncpg's ClientConfigurationError is a ValueError too
+            raise DatabaseRefused(_UNREADABLE_URL) from None
         except _UNAVAILABLE as error:
             raise DatabaseUnavailable() from error
         except asyncpg.PostgresError as error:

@@ -23,6 +23,8 @@ import pytest
 
 from devstack.processes import free_port
 from provisioning.db.migrate import migrate
+from provisioning.db.pool import Database
+from provisioning.errors import DatabaseRefused
 from tests.conftest import gateway_environment
 from tests.gatewayclient import error_of, register_and_login
 
@@ -104,3 +106,20 @@ async def test_a_credential_rotated_under_a_running_gateway_is_503_not_500(
     assert ready.status == 503
     assert not [record for record in caplog.records if record.levelname in ("ERROR", "CRITICAL")]
     assert RIGHT not in caplog.text
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://gw:Kq9sEcReT/xYz@127.0.0.1:5432/gw",  # asyncpg reads "Kq9sEcReT" as the port
+    "postgresql://gw:Kq9s?EcReT@127.0.0.1:5432/gw",  # ... and "EcReT@..." as a query
+    "postgresql://gw:Kq9sEcReT@127.0.0.1:99999/gw",  # the socket's OverflowError
+    "postgresql://gw:Kq9sEcReT@127.0.0.1:5432/gw?sslmode=EcReT",
+])
+async def test_a_url_asyncpg_cannot_read_is_a_one_line_refusal_that_never_quotes_it(url: str) -> None:
+    """Settings refuse such URLs at start-up; the pool is the last line, for
+    a URL that came another way (dev mode's)."""
+    with pytest.raises(DatabaseRefused) as refused:
+        await Database.connect(url, timeout=2)
+    assert "cannot be read" in refused.value.message and "\n" not in refused.value.message
+    assert "EcReT" not in refused.value.message and "Kq9s" not in refused.value.message
+    # Nothing chained that a traceback would print.
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__

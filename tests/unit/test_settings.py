@@ -70,6 +70,30 @@ def test_settings_refused(env: dict[str, str], words: str) -> None:
     assert words in str(refused.value)
 
 
+@pytest.mark.parametrize("url", [
+    "postgresql://gw:Kq9sEcReT/xYz+w@db:5432/gw",  # the rest of the password read as the path
+    "postgresql://gw:Kq9sEcReT#xYz+w@db:5432/gw",  # ... as a fragment
+    "postgresql://gw:Kq9s?EcReT@db:5432/gw",  # ... as a query
+    "postgresql://gw:Kq9s@EcReT@db:5432/gw",  # asyncpg splits at the first '@', urllib at the last
+    "postgresql://gw:Kq9sEcReT@db:99999/gw",
+    "postgresql://gw:Kq9sEcReT@db/gw?port=EcReT",
+    "postgresql://gw:Kq9sEcReT@[db/gw",
+])
+def test_a_database_url_asyncpg_cannot_read_is_refused_without_quoting_it(url: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings({**DB, "GATEWAY_DATABASE_URL": url})
+    message = str(refused.value)
+    assert message.startswith("GATEWAY_DATABASE_URL ") and "\n" not in message
+    assert "EcReT" not in message and "Kq9s" not in message
+
+
+def test_a_database_url_asyncpg_reads_is_taken() -> None:
+    for url in ("postgresql://gw:Kq9s%2FEcReT%23@db:5432/gw", "postgres://gw@h1:5432,h2,[::1]:5433/gw",
+                "postgresql://gw:@/gw?host=/run/postgresql&port=5433", "postgresql:///gw"):
+        taken = load_settings({**DB, "GATEWAY_DATABASE_URL": url}).database_url
+        assert taken is not None and taken.reveal() == url
+
+
 def test_yaml_config_and_environment_precedence() -> None:
     config = "GATEWAY_LISTEN: 0.0.0.0:9000\nGATEWAY_CORS_ORIGINS: [https://a.example, https://b.example]\n"
     settings = load_settings({"GATEWAY_LISTEN": "127.0.0.1:7000"}, config)
