@@ -1,6 +1,9 @@
-"""A value that must never reach a log line, an error message or a repr."""
+"""A value that must never reach a log line, an error message or a repr;
+and how to tell where a YAML file that may hold one is broken."""
 
 from __future__ import annotations
+
+import yaml
 
 
 class Secret:
@@ -23,3 +26,16 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash(self._value)
+
+
+def yaml_mistake(error: yaml.YAMLError) -> str:
+    """Where the YAML is broken: line and column only. PyYAML's own message
+    quotes the offending line, which in a settings or providers file or a
+    kubeconfig may be the one holding a secret (an unclosed quote after
+    `client_secret:`)."""
+    marks = [f"line {mark.line + 1}, column {mark.column + 1}"
+             for mark in (getattr(error, "problem_mark", None), getattr(error, "context_mark", None)) if mark]
+    if not marks:
+        return "not YAML"
+    # The context is where what broke began: an unclosed quote's opening, when the problem is the file's end.
+    return "not YAML (" + ", in what begins at ".join(dict.fromkeys(marks)) + ")"

@@ -48,6 +48,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from provisioning.secrets import yaml_mistake
+
 # Kubernetes' own suffixes exactly: binary Ki..Ei, decimal n u m k M..E, or an exponent.
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
 _EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
@@ -182,7 +184,7 @@ def parse_tiers(text: str) -> dict[str, Tier]:
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as error:
-        raise ValueError(f"not YAML: {error}") from None
+        raise ValueError(yaml_mistake(error)) from None
     if not isinstance(loaded, dict) or not loaded:
         raise ValueError("must be a non-empty mapping of tier name to quota")
     tiers: dict[str, Tier] = {}

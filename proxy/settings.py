@@ -20,7 +20,7 @@ from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 import yaml
 
-from provisioning.secrets import Secret
+from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import DEFAULT_TIERS, Tier, parse_tiers
 from proxy.addresses import canonical
 from proxy.auth.oidc_providers import OIDCProvider, ProviderConfigError, parse_providers
@@ -176,7 +176,7 @@ def _config_mapping(config_text: str | None) -> dict[str, Any]:
     try:
         loaded: Any = yaml.safe_load(config_text) or {}
     except yaml.YAMLError as error:
-        raise SettingsError(f"GATEWAY_CONFIG is not YAML: {error}") from None
+        raise SettingsError(f"GATEWAY_CONFIG is {yaml_mistake(error)}") from None
     if not isinstance(loaded, dict):
         raise SettingsError("GATEWAY_CONFIG must be a YAML mapping of GATEWAY_* keys")
     return loaded
@@ -465,7 +465,9 @@ def _providers(config_text: str | None, providers_text: str | None) -> tuple[OID
         if providers_text is not None:
             return parse_providers(yaml.safe_load(providers_text))
         return parse_providers(_config_mapping(config_text).get(_PROVIDERS_KEY))
-    except (ProviderConfigError, yaml.YAMLError) as error:
+    except yaml.YAMLError as error:
+        raise SettingsError(f"GATEWAY_OIDC_PROVIDERS is {yaml_mistake(error)}") from None
+    except ProviderConfigError as error:
         raise SettingsError(f"GATEWAY_OIDC_PROVIDERS: {error}") from None
 
 

@@ -106,6 +106,21 @@ def test_yaml_config_and_environment_precedence() -> None:
     assert "GATEWAY_CONFIG is not YAML" in str(not_yaml.value)
 
 
+@pytest.mark.parametrize("config, providers, words", [
+    ('GATEWAY_SESSION_SECRET: "Kq9sEcReT-and-more-than-32-characters\n', None,
+     "GATEWAY_CONFIG is not YAML (line 2, column 1, in what begins at line 1, column 25)"),
+    (None, '- name: corp\n  client_secret: "Kq9sEcReT\n',
+     "GATEWAY_OIDC_PROVIDERS is not YAML (line 3, column 1, in what begins at line 2, column 18)"),
+    ('oidc_providers:\n- {name: corp, client_secret: "Kq9sEcReT}\n', None, "GATEWAY_CONFIG is not YAML (line "),
+])
+def test_a_yaml_mistake_is_told_by_where_it_is_never_by_the_line_that_may_hold_a_secret(
+        config: str | None, providers: str | None, words: str) -> None:
+    with pytest.raises(SettingsError) as not_yaml:
+        load_settings({}, config, providers_text=providers)
+    assert "Kq9sEcReT" not in str(not_yaml.value) and "\n" not in str(not_yaml.value)
+    assert str(not_yaml.value).startswith(words)
+
+
 def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
     settings = load_settings({**DB, "GATEWAY_TRUSTED_PROXIES": "::ffff:10.0.0.1, 2001:DB8::1"})
     assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
