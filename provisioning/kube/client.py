@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from provisioning.errors import ClusterUnavailable, GatewayError
 from provisioning.kube.errors import from_status
@@ -78,10 +79,16 @@ from kubernetes_asyncio import client as k8s_client  # noqa: E402
 from kubernetes_asyncio import config as k8s_config  # noqa: E402
 from kubernetes_asyncio.client.exceptions import ApiException  # noqa: E402
 from kubernetes_asyncio.config.config_exception import ConfigException  # noqa: E402
+from kubernetes_asyncio.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION  # noqa: E402
+
+from provisioning.secrets import yaml_mistake  # noqa: E402
 
 # The library logs whole response bodies at DEBUG, TokenRequest answers
 # included: its loggers never go below WARNING, whatever the root level.
 logging.getLogger("kubernetes_asyncio").setLevel(logging.WARNING)
+# Its config loader logs an exec plugin's failure with the plugin's stderr,
+# which may hold a token: from_kubeconfig says what failed instead.
+logging.getLogger("kubernetes_asyncio.config").setLevel(logging.CRITICAL)
 
 # Control-plane calls are small; past this the API server is effectively down.
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
@@ -119,6 +126,30 @@ async def _without_environment_proxies(api: Any, configuration: Any) -> None:
         trust_env=False, read_bufsize=2**21)
 
 
+async def _load_configuration(kubeconfig: Path | None) -> Any:
+    configuration = k8s_client.Configuration()
+    if kubeconfig is not None:
+        await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+        return configuration
+    try:
+        k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except ConfigException:
+        await k8s_config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+def _unusable(error: Exception) -> str:
+    """Why a kubeconfig cannot be used, by the kind of problem only. The
+    library reads the file with little checking of its own, so a bare string
+    or a context that is not a mapping is a TypeError or AttributeError from
+    inside it, not a ConfigException."""
+    if isinstance(error, yaml.YAMLError):
+        return yaml_mistake(error)
+    if isinstance(error, OSError) and error.strerror:  # a file it names (a CA, a key) missing or unreadable
+        return str(error.strerror)
+    return f"not a usable kubeconfig ({type(error).__name__})"
+
+
 class KubeClient:
     def __init__(self, api: k8s_client.ApiClient, endpoint: ClusterEndpoint) -> None:
         self._api = api
@@ -126,21 +157,21 @@ class KubeClient:
 
     @classmethod
     async def from_kubeconfig(cls, kubeconfig: Path | None) -> "KubeClient":
-        """The configured file, else in-cluster config, else ~/.kube/config."""
-        configuration = k8s_client.Configuration()
+        """The configured file, else in-cluster config, else ~/.kube/config
+        (or $KUBECONFIG). A credential that cannot be used is one line
+        naming the file and the kind of problem, never the library's words:
+        those may quote the file (an exec plugin's stderr)."""
+        where = str(kubeconfig) if kubeconfig is not None else f"in-cluster config or {KUBE_CONFIG_DEFAULT_LOCATION}"
+        if kubeconfig is not None and not kubeconfig.is_file():
+            raise GatewayError(f"cannot load the gateway's Kubernetes credential from {where}: no such file")
         try:
-            if kubeconfig is not None:
-                await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-            else:
-                try:
-                    k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                except ConfigException:
-                    await k8s_config.load_kube_config(client_configuration=configuration)
-        except (ConfigException, OSError) as error:
-            raise GatewayError(f"cannot load the gateway's Kubernetes credential: {error}") from None
-        ca_pem = Path(configuration.ssl_ca_cert).read_bytes() if configuration.ssl_ca_cert else None
-        api = k8s_client.ApiClient(configuration)
-        await _without_environment_proxies(api, configuration)
+            configuration = await _load_configuration(kubeconfig)
+            ca_pem = Path(configuration.ssl_ca_cert).read_bytes() if configuration.ssl_ca_cert else None
+            api = k8s_client.ApiClient(configuration)
+            await _without_environment_proxies(api, configuration)
+        except Exception as error:  # noqa: BLE001 - whatever the library's parsing of it raises, see _unusable
+            raise GatewayError(f"cannot load the gateway's Kubernetes credential from {where}: "
+                               f"{_unusable(error)}") from None
         return cls(api, ClusterEndpoint(str(configuration.host).rstrip("/"), ca_pem))
 
     async def close(self) -> None:

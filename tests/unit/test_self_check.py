@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import pytest
@@ -54,6 +55,42 @@ def _use(monkeypatch: pytest.MonkeyPatch, kube: FakeKube | GatewayError) -> None
             raise kube
         return kube
     monkeypatch.setattr(cli.KubeClient, "from_kubeconfig", from_kubeconfig)
+
+
+_EXEC_USER = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "sh",
+                       "args": ["-c", "echo 'refresh_token=Kq9sEcReT' >&2; exit 1"]}}
+_OIDC_USER = {"auth-provider": {"name": "oidc", "config": {
+    "client-id": "gw", "client-secret": "Kq9sEcReT", "id-token": "Kq9sEcReT", "refresh-token": "Kq9sEcReT",
+    "idp-issuer-url": "https://127.0.0.1:1/"}}}
+
+
+def _kubeconfig(user: dict[str, Any]) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                       "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+                       "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+                       "users": [{"name": "u", "user": user}]})
+
+
+@pytest.mark.parametrize("text, kind", [
+    (_kubeconfig(_EXEC_USER), "not a usable kubeconfig (ConfigException)"),  # the library quoted the plugin's stderr
+    (_kubeconfig(_OIDC_USER), "not a usable kubeconfig (ValueError)"),  # an id-token that is not a JWT
+    ('users: [{name: u, user: {token: "Kq9sEcReT}]\n', "not YAML (line 2, column 1, in what begins at line 1, column 33)"),
+    ("just a string Kq9sEcReT\n", "not a usable kubeconfig (TypeError)"),
+    ("- Kq9sEcReT\n", "not a usable kubeconfig (TypeError)"),
+    (None, "no such file"),
+])
+def test_a_kubeconfig_that_cannot_be_used_is_one_line_naming_the_file_never_its_content(
+        text: str | None, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`check`, `serve` and `reconcile` print this line and stop; nor does
+    the library log what the exec plugin said."""
+    path = tmp_path / "kubeconfig"
+    if text is not None:
+        path.write_text(text)
+    assert cli.cmd_check(Settings(kubeconfig=path)) == 2
+    printed = capsys.readouterr()
+    assert "Kq9sEcReT" not in printed.err + printed.out + caplog.text
+    assert printed.err == f"error: cannot load the gateway's Kubernetes credential from {path}: {kind}\n"
 
 
 async def _refused_review(method: str, path: str, body: Any, query: dict[str, str]) -> dict[str, Any]:
