@@ -28,6 +28,13 @@ from proxy.auth.oidc_providers import OIDCProvider, ProviderConfigError, parse_p
 MAX_TOKEN_TTL_SECONDS = 7200
 # The API server refuses TokenRequests shorter than this (422).
 MIN_TOKEN_TTL_SECONDS = 600
+YEAR_SECONDS = 365 * 86400
+"""The longest window or lifetime the gateway takes: a longer one is a
+typo, and past what date arithmetic and the database's intervals hold."""
+MAX_COUNT = 1_000_000_000
+"""The largest count any setting takes (a rate limit's, streams,
+connections): within the `integer` the database counts hits in
+(2**31 - 1), and beyond any real need."""
 
 
 class SettingsError(ValueError):
@@ -49,6 +56,9 @@ class RateLimit:
             raise SettingsError(f"{name} must look like COUNT/SECONDS, e.g. 10/60") from None
         if limit < 1 or window < 1:
             raise SettingsError(f"{name} needs a positive count and window")
+        if limit > MAX_COUNT or window > YEAR_SECONDS:
+            raise SettingsError(f"{name} may count at most {MAX_COUNT} in a window of at most "
+                                f"{YEAR_SECONDS} seconds (a year)")
         return cls(limit, window)
 
 
@@ -336,7 +346,7 @@ def _bool(name: str, text: str) -> bool:
     raise SettingsError(f"{name} must be true or false")
 
 
-def _whole(low: int, high: int | None = None, why: str = "") -> Callable[[str, str], int]:
+def _whole(low: int, high: int, why: str = "", high_why: str = "") -> Callable[[str, str], int]:
     def read(name: str, text: str) -> int:
         try:
             value = int(text)
@@ -344,8 +354,8 @@ def _whole(low: int, high: int | None = None, why: str = "") -> Callable[[str, s
             raise SettingsError(f"{name} must be a whole number") from None
         if value < low:
             raise SettingsError(f"{name} must be at least {low}{why}")
-        if high is not None and value > high:
-            raise SettingsError(f"{name} may not exceed {high} (a hard limit)")
+        if value > high:
+            raise SettingsError(f"{name} may not exceed {high}{high_why}")
         return value
     return read
 
@@ -404,9 +414,10 @@ VARIABLES: tuple[Variable, ...] = (
          "the ClusterRole bound in each tenant namespace"),
     _one("GATEWAY_TRUSTED_PROXIES", "trusted_proxies", _addresses, "peers whose X-Forwarded-* are believed"),
     _one("GATEWAY_TOKEN_TTL_SECONDS", "token_ttl_seconds",
-         _whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)"),
+         _whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)", " (a hard limit)"),
          "kubeconfig token lifetime; 7200 s is the product's ceiling"),
-    _one("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds", _whole(60), "session lifetime"),
+    _one("GATEWAY_SESSION_TTL_SECONDS", "session_ttl_seconds", _whole(60, YEAR_SECONDS, high_why=" (a year)"),
+         "session lifetime"),
     _one("GATEWAY_REGISTRATION", "registration_enabled", _bool, "self-registration on or off"),
     _one("GATEWAY_PASSWORD_LOGIN", "password_login", _bool, "off: SSO only"),
     _files("GATEWAY_OIDC_PROVIDERS", "a YAML list of identity providers"),
@@ -416,7 +427,8 @@ VARIABLES: tuple[Variable, ...] = (
          "sign-ins per email and address (password, SSO start and callback, device)"),
     _one("GATEWAY_RATE_REGISTER", "rate_register", RateLimit.parse, "registrations per address"),
     _one("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig", RateLimit.parse, "kubeconfig and token issuances per user"),
-    _one("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace", _whole(1), "open streams per workspace"),
+    _one("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace", _whole(1, MAX_COUNT),
+         "open streams per workspace"),
     _one("GATEWAY_TLS_CERT_FILE", "tls_cert_file", _path, "serve HTTPS directly"),
     _one("GATEWAY_TLS_KEY_FILE", "tls_key_file", _path, "serve HTTPS directly"),
     _one("GATEWAY_LOG_LEVEL", "log_level", _log_level, "the JSON log's level"),
@@ -424,9 +436,10 @@ VARIABLES: tuple[Variable, ...] = (
     _one("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds", _seconds, "the whole stop's bound"),
     # Runtime knobs: timeouts, cache lifetimes and pool sizes, each with its why on its Settings field.
     _one("GATEWAY_PROXY_TOKEN_TTL_SECONDS", "proxy_token_ttl_seconds",
-         _whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)"),
+         _whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)", " (a hard limit)"),
          "lifetime of the tenant tokens the proxy caches"),
-    _one("GATEWAY_PROXY_TOKEN_REFRESH_SECONDS", "proxy_token_refresh_margin_seconds", _whole(1),
+    _one("GATEWAY_PROXY_TOKEN_REFRESH_SECONDS", "proxy_token_refresh_margin_seconds",
+         _whole(1, MAX_TOKEN_TTL_SECONDS),
          "renew a cached tenant token with less than this left"),
     _one("GATEWAY_SESSION_CACHE_SECONDS", "session_cache_seconds", _seconds,
          "how long a session read is trusted if an event is lost"),
@@ -440,11 +453,11 @@ VARIABLES: tuple[Variable, ...] = (
          "an ordinary proxied request's whole exchange"),
     _one("GATEWAY_UPSTREAM_KEEPALIVE_SECONDS", "upstream_keepalive_seconds", _seconds,
          "an idle connection to the API server is not reused after this"),
-    _one("GATEWAY_UPSTREAM_IDLE_CONNECTIONS", "upstream_idle_connections", _whole(0),
+    _one("GATEWAY_UPSTREAM_IDLE_CONNECTIONS", "upstream_idle_connections", _whole(0, MAX_COUNT),
          "idle connections kept to the API server"),
     _one("GATEWAY_DATABASE_TIMEOUT_SECONDS", "database_timeout_seconds", _seconds, "any database command"),
     _one("GATEWAY_DATABASE_POOL_SIZE", "database_pool_size",
-         _whole(2, why=": a suspension holds one connection and commits on another"),
+         _whole(2, MAX_COUNT, why=": a suspension holds one connection and commits on another"),
          "connections to PostgreSQL per replica"),
     _one("GATEWAY_OIDC_TIMEOUT_SECONDS", "oidc_timeout_seconds", _seconds, "any one call to an identity provider"),
     _one("GATEWAY_OIDC_DISCOVERY_SECONDS", "oidc_discovery_seconds", _seconds,

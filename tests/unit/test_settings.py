@@ -50,6 +50,12 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "5.5"}, "by at least 1 s"),
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "30", "GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "30"}, "by at least 1 s"),
     ({"GATEWAY_RATE_KUBECONFIG": "0/60"}, "positive"),
+    # Past the `integer` the database counts hits in: a 500 on every limited route.
+    ({"GATEWAY_RATE_LOGIN": "3000000000/60"}, "at most 1000000000 in a window of at most 31536000 seconds"),
+    ({"GATEWAY_RATE_INIT": "5/99999999999"}, "at most 31536000 seconds (a year)"),
+    # Past what a date holds: every sign-in would fail.
+    ({"GATEWAY_SESSION_TTL_SECONDS": "99999999999999"}, "may not exceed 31536000 (a year)"),
+    ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": str(2**63)}, "may not exceed 1000000000"),
     ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "0"}, "at least 1"),
     ({"GATEWAY_MAX_STREAMS_PER_WORKSPACE": "many"}, "whole number"),
     ({"GATEWAY_PROXY_TOKEN_TTL_SECONDS": "300"}, "at least 600"),
