@@ -199,9 +199,31 @@ def _merge(env: Mapping[str, str], config_text: str | None) -> dict[str, str]:
         unknown = sorted(set(map(str, loaded)) - set(_FILE_KEYS))
         if unknown:
             raise SettingsError(f"unknown keys in GATEWAY_CONFIG: {', '.join(unknown)}")
-        merged.update({str(k): ",".join(map(str, v)) if isinstance(v, list) else str(v) for k, v in loaded.items() if v is not None})
-    merged.update({k: v for k, v in env.items() if k in _FILE_KEYS and v != ""})
+        merged.update({str(k): _config_text(v) for k, v in loaded.items()})
+    _refuse_empty({k: v for k, v in env.items() if k in _NAMES})
+    _refuse_empty(merged)
+    merged.update({k: v for k, v in env.items() if k in _FILE_KEYS})
     return merged
+
+
+def _config_text(value: Any) -> str:
+    """A GATEWAY_CONFIG value as the environment would spell it: a list
+    comma-separated, nothing (`KEY:`, YAML's null) as empty."""
+    if value is None:
+        return ""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _refuse_empty(values: Mapping[str, str]) -> None:
+    """A variable set to nothing is a mistake (a template's missing value),
+    never a way to ask for its default: an empty GATEWAY_DATABASE_URL would
+    start dev mode with a generated session key, an empty GATEWAY_KUBECONFIG
+    use ~/.kube/config, an empty GATEWAY_REGISTRATION turn registration on.
+    Unset, each keeps its default."""
+    empty = sorted(name for name, text in values.items() if not text.strip())
+    if empty:
+        raise SettingsError(f"{', '.join(empty)} {'is' if len(empty) == 1 else 'are'} set but empty: "
+                            "give a value, or leave it out for its default")
 
 
 # -- how each variable's text is read: (name, text) -> a value, or SettingsError --
@@ -467,6 +489,7 @@ VARIABLES: tuple[Variable, ...] = (
 """Every variable the gateway reads, declared once: the README's
 configuration table is checked against this list (tests/unit/test_settings.py)."""
 
+_NAMES = frozenset(variable.name for variable in VARIABLES)
 _FILE_KEYS = frozenset(variable.name for variable in VARIABLES if variable.in_config_file)
 # Structured (a list), so not a GATEWAY_* string: only the GATEWAY_CONFIG file holds it.
 _PROVIDERS_KEY = "oidc_providers"

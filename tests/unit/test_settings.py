@@ -127,6 +127,23 @@ def test_a_yaml_mistake_is_told_by_where_it_is_never_by_the_line_that_may_hold_a
     assert str(not_yaml.value).startswith(words)
 
 
+@pytest.mark.parametrize("env, config", [
+    ({"GATEWAY_DATABASE_URL": ""}, None),  # would start dev mode, with a generated session key
+    ({"GATEWAY_DATABASE_URL": " "}, None),
+    ({"GATEWAY_KUBECONFIG": ""}, None),  # would use ~/.kube/config
+    ({"GATEWAY_REGISTRATION": ""}, None),  # would turn registration on
+    ({"GATEWAY_CONFIG": ""}, None),  # would read no file
+    ({}, "GATEWAY_DATABASE_URL:\n"),  # YAML's null: the file's way of setting nothing
+    ({"GATEWAY_DATABASE_URL": ""}, "GATEWAY_DATABASE_URL: postgresql://u:p@db/gw\n"),
+])
+def test_a_variable_set_but_empty_is_refused_never_taken_for_its_default(env: dict[str, str],
+                                                                        config: str | None) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env, config)
+    assert "GATEWAY_" in str(refused.value) and "set but empty" in str(refused.value)
+    assert load_settings({}).dev_mode  # unset, it is dev mode, as ever
+
+
 def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
     settings = load_settings({**DB, "GATEWAY_TRUSTED_PROXIES": "::ffff:10.0.0.1, 2001:DB8::1"})
     assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
