@@ -204,15 +204,26 @@ def _run_loop() -> None:
         pass
 
 
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """Serving HTTPS: a certificate and key that do not load (not PEM, not a
+    pair, unreadable) stop the start in one line."""
+    if not (settings.tls_cert_file and settings.tls_key_file):
+        return None
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        tls.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    except OSError as error:  # ssl.SSLError is one
+        _fail(f"GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE cannot be loaded: "
+              f"{error.strerror or type(error).__name__}", 1)
+    return tls
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     _self_check(settings, args.allow_excess_permissions)
     dsn = database_dsn(settings)
     app = create_app(settings, database_dsn=dsn, apply_migrations=not args.no_migrate)
     _run_loop()
-    tls = None
-    if settings.tls_cert_file and settings.tls_key_file:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
+    tls = _tls_context(settings)
     try:
         return asyncio.run(serve(app, settings, tls, handler_args(settings)))
     except GatewayError as error:  # start-up failed: the database or the cluster cannot be reached

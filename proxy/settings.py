@@ -230,7 +230,8 @@ def _refuse_empty(values: Mapping[str, str]) -> None:
 
 def _listen(name: str, text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+    # isdigit() alone takes '²', which int() does not.
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 <= int(port) < 65536:
         raise SettingsError(f"{name} must be host:port")
     return host.strip("[]") or "0.0.0.0", int(port)
 
@@ -289,9 +290,10 @@ def _database_url_problem(parts: SplitResult) -> str | None:
 
 
 def _file(name: str, text: str) -> Path:
-    """A file read only when it is needed (here: each kubeconfig): missing
-    would be a 500 on every download, so it must be there at start-up."""
-    path = Path(text).expanduser()
+    """A file read only when it is needed (the CA, into each kubeconfig; the
+    TLS certificate and key, as serving starts): missing, it would be a 500
+    on every download or a traceback then, so it must be there at start-up."""
+    path = _path(name, text)
     if not path.is_file():
         raise SettingsError(f"{name}: {path} is not a file")
     return path
@@ -318,7 +320,7 @@ def _printable_ascii(name: str, text: str) -> None:
 
 def _https_url(name: str, text: str) -> str:
     _printable_ascii(name, text)
-    if urlsplit(text).scheme != "https":
+    if _split(name, text).scheme != "https":
         raise SettingsError(f"{name} must be an https:// URL")
     return text.rstrip("/")
 
@@ -326,7 +328,7 @@ def _https_url(name: str, text: str) -> str:
 def _origin(name: str, text: str) -> str:
     _printable_ascii(name, text)
     url = text.rstrip("/")
-    parts = urlsplit(url)
+    parts = _split(name, url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
         raise SettingsError(f"{name} must be scheme://host[:port] with nothing after")
     return url
@@ -343,7 +345,7 @@ def _origins(name: str, text: str) -> tuple[str, ...]:
     for origin in origins:
         if "*" in origin:
             raise SettingsError(f"{name} must list exact origins; '*' is refused")
-        parts = urlsplit(origin)
+        parts = _split(name, origin)
         if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
             raise SettingsError(f"CORS origin {origin!r} must be scheme://host[:port] with nothing after")
     return origins
@@ -451,8 +453,8 @@ VARIABLES: tuple[Variable, ...] = (
     _one("GATEWAY_RATE_KUBECONFIG", "rate_kubeconfig", RateLimit.parse, "kubeconfig and token issuances per user"),
     _one("GATEWAY_MAX_STREAMS_PER_WORKSPACE", "max_streams_per_workspace", _whole(1, MAX_COUNT),
          "open streams per workspace"),
-    _one("GATEWAY_TLS_CERT_FILE", "tls_cert_file", _path, "serve HTTPS directly"),
-    _one("GATEWAY_TLS_KEY_FILE", "tls_key_file", _path, "serve HTTPS directly"),
+    _one("GATEWAY_TLS_CERT_FILE", "tls_cert_file", _file, "serve HTTPS directly"),
+    _one("GATEWAY_TLS_KEY_FILE", "tls_key_file", _file, "serve HTTPS directly"),
     _one("GATEWAY_LOG_LEVEL", "log_level", _log_level, "the JSON log's level"),
     _one("GATEWAY_SHUTDOWN_DRAIN_SECONDS", "shutdown_drain_seconds", _seconds, "how long requests may finish after SIGTERM"),
     _one("GATEWAY_SHUTDOWN_TIMEOUT_SECONDS", "shutdown_timeout_seconds", _seconds, "the whole stop's bound"),

@@ -92,9 +92,9 @@ def parse_provider(entry: Any, index: int) -> OIDCProvider:
     if unknown:
         raise ProviderConfigError(f"{where}: unknown keys {', '.join(unknown)}")
     issuer = _text(entry, "issuer", where, required=True) or ""
-    parts = urlsplit(issuer)
     if not is_secure_url(issuer):
         raise ProviderConfigError(f"{where}: issuer must be an https:// URL (http only on loopback, for development)")
+    parts = urlsplit(issuer)  # it splits: is_secure_url said so
     if parts.query or parts.fragment:
         raise ProviderConfigError(f"{where}: issuer must not have a query or fragment")
     secret = _text(entry, "client_secret", where)
@@ -121,8 +121,12 @@ def parse_provider(entry: Any, index: int) -> OIDCProvider:
 
 def is_secure_url(url: str) -> bool:
     """https, or plain http to this machine only (development): the one rule
-    for the issuer and every address its discovery document names."""
-    parts = urlsplit(url)
+    for the issuer and every address its discovery document names. Not a
+    URL at all (urlsplit refuses an unclosed '[') is not secure either."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
     return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1"))
 
 

@@ -167,6 +167,7 @@ def test_settings_read_providers_from_their_file_or_the_config_file() -> None:
 @pytest.mark.parametrize("entry, says", [
     ({"name": "Org A", "issuer": ISSUER, "client_id": "c", "client_secret": "s"}, "URL-safe"),
     ({"name": "a", "issuer": "http://idp.example", "client_id": "c", "client_secret": "s"}, "https"),
+    ({"name": "a", "issuer": "https://[idp.example", "client_id": "c", "client_secret": "s"}, "https"),  # not a URL
     ({"name": "a", "issuer": ISSUER, "client_id": "c"}, "client_secret"),
     ({"name": "a", "issuer": ISSUER, "client_id": "c", "client_secret": "s", "scopes": ["email"]}, "openid"),
     ({"name": "a", "issuer": ISSUER, "client_id": "c", "client_secret": "s", "surprise": 1}, "unknown keys"),

@@ -93,6 +93,18 @@ def test_a_kubeconfig_that_cannot_be_used_is_one_line_naming_the_file_never_its_
     assert printed.err == f"error: cannot load the gateway's Kubernetes credential from {path}: {kind}\n"
 
 
+def test_a_tls_certificate_and_key_that_do_not_load_stop_serve_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate\n")
+    (tmp_path / "tls.key").write_text("not a key\n")
+    with pytest.raises(SystemExit) as exit:
+        cli._tls_context(Settings(tls_cert_file=tmp_path / "tls.crt", tls_key_file=tmp_path / "tls.key"))
+    assert exit.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tenant-gateway: GATEWAY_TLS_CERT_FILE and GATEWAY_TLS_KEY_FILE cannot be loaded: ")
+    assert err.count("\n") == 1
+
+
 async def _refused_review(method: str, path: str, body: Any, query: dict[str, str]) -> dict[str, Any]:
     if path.endswith("/selfsubjectaccessreviews"):
         attributes = body["spec"]["resourceAttributes"]

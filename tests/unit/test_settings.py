@@ -44,7 +44,14 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_TRUSTED_PROXIES": "10.0.0.1, proxy.local"}, "not an IP"),
     ({"GATEWAY_PUBLIC_SERVER": "http://api"}, "https://"),
     ({"GATEWAY_RATE_INIT": "lots"}, "COUNT/SECONDS"),
-    ({"GATEWAY_TLS_CERT_FILE": "/c"}, "go together"),
+    ({"GATEWAY_TLS_CERT_FILE": __file__}, "go together"),
+    # Read only as serving starts: missing, they are a refusal now, not a traceback then.
+    ({"GATEWAY_TLS_CERT_FILE": "/nonexistent/tls.crt", "GATEWAY_TLS_KEY_FILE": __file__}, "is not a file"),
+    # One line, not urlsplit's or int()'s traceback.
+    ({"GATEWAY_PUBLIC_SERVER": "https://[api.example"}, "GATEWAY_PUBLIC_SERVER is not a URL"),
+    ({"GATEWAY_PUBLIC_URL": "https://[gw.example"}, "GATEWAY_PUBLIC_URL is not a URL"),
+    ({"GATEWAY_CORS_ORIGINS": "https://ok.example, https://[ui.example"}, "GATEWAY_CORS_ORIGINS is not a URL"),
+    ({"GATEWAY_LISTEN": "127.0.0.1:\u00b2"}, "host:port"),  # '²' passes isdigit()
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "soon"}, "number of seconds"),
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "0"}, "more than 0"),
     ({"GATEWAY_SHUTDOWN_TIMEOUT_SECONDS": "5.5"}, "by at least 1 s"),
