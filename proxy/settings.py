@@ -22,7 +22,7 @@ import yaml
 
 from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import DEFAULT_TIERS, Tier, parse_tiers
-from proxy.addresses import canonical
+from proxy.addresses import canonical, is_host
 from proxy.auth.oidc_providers import OIDCProvider, ProviderConfigError, parse_providers
 
 MAX_TOKEN_TTL_SECONDS = 7200
@@ -318,20 +318,46 @@ def _printable_ascii(name: str, text: str) -> None:
         raise SettingsError(f"{name} must be printable ASCII (an international host in its xn-- form)")
 
 
+def _port(name: str, parts: SplitResult, shape: str) -> int | None:
+    """The URL's port, None if it has none; refused unless its host[:port]
+    is that alone (no user:password@, a host, a port from 1 to 65535)."""
+    try:
+        port = parts.port if is_host(parts.netloc) else 0
+    except ValueError:  # a port that is not a number, or out of range
+        port = 0
+    if port == 0:
+        raise SettingsError(f"{name} must be {shape}")
+    return port
+
+
 def _https_url(name: str, text: str) -> str:
+    """An https:// URL of a host, with a path if it must (an API server
+    behind a proxy's prefix), and nothing a kubeconfig's `server` cannot
+    use: no user:password@, query or fragment."""
     _printable_ascii(name, text)
-    if _split(name, text).scheme != "https":
-        raise SettingsError(f"{name} must be an https:// URL")
+    parts = _split(name, text)
+    shape = "an https:// URL of a host[:port], with no user:password@, query or fragment"
+    if parts.scheme != "https" or parts.query or parts.fragment:
+        raise SettingsError(f"{name} must be {shape}")
+    _port(name, parts, shape)
     return text.rstrip("/")
 
 
 def _origin(name: str, text: str) -> str:
+    """scheme://host[:port] and nothing else, written as a browser writes
+    an Origin (RFC 6454): scheme and host in lowercase, a default port left
+    out. Browsers send it so; one kept as written (`https://UI.example`,
+    `https://ui.example:443`) would never match."""
     _printable_ascii(name, text)
-    url = text.rstrip("/")
-    parts = _split(name, url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
-        raise SettingsError(f"{name} must be scheme://host[:port] with nothing after")
-    return url
+    parts = _split(name, text.rstrip("/"))
+    shape = "scheme://host[:port] with nothing after"
+    if parts.scheme not in ("http", "https") or parts.path or parts.query or parts.fragment:
+        raise SettingsError(f"{name} must be {shape}")
+    port = _port(name, parts, shape)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
 
 
 def _secret(name: str, text: str) -> Secret:
@@ -341,14 +367,12 @@ def _secret(name: str, text: str) -> Secret:
 
 
 def _origins(name: str, text: str) -> tuple[str, ...]:
-    origins = tuple(o.strip() for o in text.split(",") if o.strip())
-    for origin in origins:
-        if "*" in origin:
-            raise SettingsError(f"{name} must list exact origins; '*' is refused")
-        parts = _split(name, origin)
-        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
-            raise SettingsError(f"CORS origin {origin!r} must be scheme://host[:port] with nothing after")
-    return origins
+    origins = [o.strip() for o in text.split(",") if o.strip()]
+    if any("*" in origin for origin in origins):
+        raise SettingsError(f"{name} must list exact origins; '*' is refused")
+    # Entries by position, not quoted: one written with user:password@ would print the password.
+    return tuple(dict.fromkeys(_origin(f"{name} (entry {number})", origin)
+                               for number, origin in enumerate(origins, 1)))
 
 
 def _addresses(name: str, text: str) -> frozenset[str]:

@@ -50,7 +50,7 @@ def test_settings_defaults_follow_the_contract() -> None:
     # One line, not urlsplit's or int()'s traceback.
     ({"GATEWAY_PUBLIC_SERVER": "https://[api.example"}, "GATEWAY_PUBLIC_SERVER is not a URL"),
     ({"GATEWAY_PUBLIC_URL": "https://[gw.example"}, "GATEWAY_PUBLIC_URL is not a URL"),
-    ({"GATEWAY_CORS_ORIGINS": "https://ok.example, https://[ui.example"}, "GATEWAY_CORS_ORIGINS is not a URL"),
+    ({"GATEWAY_CORS_ORIGINS": "https://ok.example, https://[ui.example"}, "GATEWAY_CORS_ORIGINS (entry 2) is not a URL"),
     ({"GATEWAY_LISTEN": "127.0.0.1:\u00b2"}, "host:port"),  # '²' passes isdigit()
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "soon"}, "number of seconds"),
     ({"GATEWAY_SHUTDOWN_DRAIN_SECONDS": "0"}, "more than 0"),
@@ -149,6 +149,35 @@ def test_a_variable_set_but_empty_is_refused_never_taken_for_its_default(env: di
         load_settings(env, config)
     assert "GATEWAY_" in str(refused.value) and "set but empty" in str(refused.value)
     assert load_settings({}).dev_mode  # unset, it is dev mode, as ever
+
+
+@pytest.mark.parametrize("env", [
+    {"GATEWAY_PUBLIC_SERVER": "https://"},  # no host: every kubeconfig would point nowhere
+    {"GATEWAY_PUBLIC_SERVER": "https://admin:Kq9sEcReT@api.example:6443"},
+    {"GATEWAY_PUBLIC_SERVER": "https://api.example:6443#x"},
+    {"GATEWAY_PUBLIC_URL": "https://"},
+    {"GATEWAY_PUBLIC_URL": "https://admin:Kq9sEcReT@gw.example"},  # into every redirect URI and sign-in link
+    {"GATEWAY_PUBLIC_URL": "https://gw.example#x"},
+    {"GATEWAY_PUBLIC_URL": "https://gw.example:99999"},
+    {"GATEWAY_CORS_ORIGINS": "https://ui.example, https://admin:Kq9sEcReT@ui.example"},
+    {"GATEWAY_CORS_ORIGINS": "https://ui.example#x"},
+])
+def test_urls_a_browser_or_kubectl_could_not_use_as_written_are_refused(env: dict[str, str]) -> None:
+    with pytest.raises(SettingsError) as refused:
+        load_settings(env)
+    assert "Kq9sEcReT" not in str(refused.value)
+
+
+def test_origins_are_kept_as_browsers_send_them() -> None:
+    """Browsers send an Origin in lowercase and without a default port: one
+    kept as written would never match."""
+    settings = load_settings({"GATEWAY_CORS_ORIGINS": "HTTPS://UI.Example, https://ui.example:443, http://b.example:8080",
+                              "GATEWAY_PUBLIC_URL": "https://GW.example:443/"})
+    assert settings.cors_origins == ("https://ui.example", "http://b.example:8080")
+    assert settings.gateway_url == "https://gw.example"
+    assert load_settings({"GATEWAY_PUBLIC_URL": "http://[::1]:8080"}).gateway_url == "http://[::1]:8080"
+    assert load_settings({"GATEWAY_PUBLIC_SERVER": "https://api.example/k8s/clusters/c-1/"}).public_server == \
+        "https://api.example/k8s/clusters/c-1"
 
 
 def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
