@@ -114,10 +114,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                                                 oidc=app[keys.OIDC], cache_seconds=settings.session_cache_seconds,
                                                 clock=clock)
         await events.start()
-        # Before the first request: until it is connected, /readyz says 503 and streams are refused.
+        # Before the first request: until it is connected, streams are refused. The replica
+        # starts anyway, and stays ready (proxy.routes.health): short requests read the database.
         if not await events.wait_connected(settings.database_timeout_seconds):
-            log.warning("the event listener is not connected yet; /readyz answers 503 and streams are "
-                        "refused until it is")
+            log.warning("the event listener is not connected yet: streams are refused until it is; "
+                        "/readyz reports it in checks.events and stays ready (short requests go on)")
         yield
         await events.stop(timeout=min(2.0, drain.remaining() / 2))
 

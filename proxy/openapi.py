@@ -118,7 +118,7 @@ DOCUMENT: dict[str, Any] = {
                                        errors=(404,), params=[
             {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}])},
         "/healthz": {"get": _op("Liveness", 200, auth=False)},
-        "/readyz": {"get": _op("Readiness: database and API server reachable, database events heard", 200,
+        "/readyz": {"get": _op("Readiness: database and API server reachable (database events reported, not required)", 200,
                                auth=False, errors=(503,))},
         "/k8s/{workspace_id}/{path}": {method: _k8s_errors(_op(
             "The Kubernetes API of the workspace, walled to its namespace", 200, errors=(400, 403, 404, 429, 502, 503),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 import time
 from pathlib import Path
@@ -224,6 +225,23 @@ async def test_no_stream_opens_while_the_listener_hears_nothing(
     relay.drop_notifications = False
     assert (await readiness(gateway, "ok"))[0] == 200
     assert (await gateway.get(path + "?watch=true", headers=user.bearer)).status == 200
+
+
+async def test_a_gateway_that_starts_deaf_to_events_says_truly_what_readyz_answers(
+        relay: PostgresRelay, make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Behind a pooler that never delivers notifications it starts anyway,
+    and its warning says what /readyz then does: reports, stays ready."""
+    _seen, upstream = api_server
+    relay.drop_notifications = True
+    with caplog.at_level(logging.WARNING, logger="proxy.app"):
+        gateway = await make_gateway(GATEWAY_DATABASE_URL=relay.url, GATEWAY_DATABASE_TIMEOUT_SECONDS="1",
+                                     kube=FakeTokenIssuer(), upstream=upstream)
+    warned = [record.getMessage() for record in caplog.records if "event listener is not connected" in
+              record.getMessage()]
+    assert len(warned) == 1 and "/readyz reports it in checks.events and stays ready" in warned[0], warned
+    assert await readiness(gateway, "unavailable") == (
+        200, {"database": "ok", "kubernetes": "ok", "events": "unavailable"})
 
 
 async def test_a_fresh_gateway_hears_events_before_its_first_request(
