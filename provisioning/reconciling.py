@@ -15,7 +15,8 @@ change is recorded in the audit log (`ReconcileWorkspace`, no acting user),
 also when a later step of the same workspace fails. A workspace that cannot
 be converged (its tier gone, its namespace gone, a name taken, a refusal by
 the API server) is reported as left alone and the run goes on; an API
-server or database that stops answering ends the run there, reported.
+server or database that stops answering (also at the audit row) ends the
+run there, reported after every workspace before it.
 Suspended namespaces are included: the gateway may still act there.
 """
 
@@ -91,35 +92,48 @@ async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *
     """Every workspace; those that needed something, in creation order. A
     workspace whose tier is gone from the tiers file, whose namespace is
     gone, or whose objects' names are taken by others, is reported and left
-    alone."""
+    alone. The run ends at a workspace where the API server or the database
+    stopped answering, reported with what was done before: only a database
+    that cannot list the workspaces at all raises."""
     reconciled = []
     for workspace in await repo.all_workspaces(db):
-        tier = tiers.get(workspace.tier)
-        if tier is None:
-            reconciled.append(Reconciled(workspace, (f"left alone: tier {workspace.tier!r} is not configured",),
-                                         converged=False))
-            continue
-        changes: list[str] = []
-        outcome = stopped = None
+        outcome = await _reconcile_one(db, kube, workspace, tiers.get(workspace.tier), cluster_role)
+        if outcome is not None:
+            reconciled.append(outcome)
+            if outcome.stopped:
+                break
+    return reconciled
+
+
+async def _reconcile_one(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier | None,
+                         cluster_role: str) -> Reconciled | None:
+    """One workspace converged and its changes audited; None if it needed
+    nothing. What the cluster or the database answered is reported, never
+    raised, so the lines of the workspaces before it are still printed."""
+    if tier is None:
+        return Reconciled(workspace, (f"left alone: tier {workspace.tier!r} is not configured",), converged=False)
+    changes: list[str] = []
+    outcomes: list[str] = []
+    stopped = False
+    try:
+        if workspace.status == "provisioning":  # audited as it is finished, in one statement
+            finished = await finish_onboarding(db, kube, workspace, tier, cluster_role)
+            return Reconciled(workspace, finished) if finished else None
+        await reconcile_workspace(kube, workspace, tier, changes)
+    except KubeNotFound:
+        outcomes.append("left alone: its namespace does not exist")
+    except (Conflict, KubeAPIError) as refused:  # a name taken, or the API server's refusal of this one
+        outcomes.append(f"left alone: {refused.message}")
+    except ServiceUnavailable as gone:
+        outcomes.append(f"stopped here: {gone.message}")
+        stopped = True
+    if changes:  # what was done, also when a later step failed
         try:
-            if workspace.status == "provisioning":  # audited as it is finished, in one statement
-                finished = await finish_onboarding(db, kube, workspace, tier, cluster_role)
-                if finished:
-                    reconciled.append(Reconciled(workspace, finished))
-                continue
-            await reconcile_workspace(kube, workspace, tier, changes)
-        except KubeNotFound:
-            outcome = "left alone: its namespace does not exist"
-        except (Conflict, KubeAPIError) as refused:  # a name taken, or the API server's refusal of this one
-            outcome = f"left alone: {refused.message}"
-        except ServiceUnavailable as gone:
-            outcome = stopped = f"stopped here: {gone.message}"
-        if changes:  # what was done, also when a later step failed
             await repo.record_audit(db, AuditEvent("ReconcileWorkspace", None, workspace.id, None,
                                                    {"tier": tier.name, "changes": changes}))
-        if changes or outcome:
-            reconciled.append(Reconciled(workspace, (*changes, *([outcome] if outcome else [])),
-                                         converged=outcome is None, stopped=stopped is not None))
-        if stopped:
-            break
-    return reconciled
+        except ServiceUnavailable as gone:
+            outcomes.append(f"stopped here: the audit row of these changes was not written ({gone.message})")
+            stopped = True
+    if not (changes or outcomes):
+        return None
+    return Reconciled(workspace, (*changes, *outcomes), converged=not outcomes, stopped=stopped)

@@ -1,0 +1,58 @@
+"""`tenant-gateway reconcile`'s report (provisioning.reconciling) against a
+FAKE cluster and a FAKE database: faults on cue, at the step of one
+workspace, that a real PostgreSQL cannot be made to produce there. The
+cluster ring runs the command itself (tests/integration/test_cli.py)."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+
+from provisioning import reconciling
+from provisioning.db import repositories as repo
+from provisioning.errors import DatabaseUnavailable
+from provisioning.models import AuditEvent, Workspace
+from provisioning.tiers import DEFAULT_TIERS
+
+
+class FakeKube:
+    """Every object is created anew."""
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+
+def _workspace(number: int) -> Workspace:
+    return Workspace(uuid.uuid4(), uuid.uuid4(), f"tenant-{number}", "sa-tenant-admin", "basic", "provisioned",
+                     datetime.datetime(2024, 1, number, tzinfo=datetime.timezone.utc))
+
+
+async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everything_done_so_far_reported(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second, third = (_workspace(n) for n in (1, 2, 3))
+    recorded: list[uuid.UUID] = []
+
+    async def all_workspaces(_db: object) -> list[Workspace]:
+        return [first, second, third]
+
+    async def record_audit(_db: object, event: AuditEvent) -> uuid.UUID:
+        if event.workspace_id == second.id:
+            raise DatabaseUnavailable()
+        recorded.append(event.workspace_id)  # type: ignore[arg-type]
+        return uuid.uuid4()
+
+    monkeypatch.setattr(repo, "all_workspaces", all_workspaces)
+    monkeypatch.setattr(repo, "record_audit", record_audit)
+    report = await reconciling.reconcile(object(), FakeKube(), DEFAULT_TIERS,  # type: ignore[arg-type]
+                                         cluster_role="tenant-admin")
+    assert [line.workspace for line in report] == [first, second]  # the third was not tried
+    assert recorded == [first.id]
+    assert report[0].converged and not report[0].stopped
+    assert report[1].stopped and not report[1].converged
+    # What was done to the second is on the report, since its audit row is not.
+    assert report[1].changes[:-1] == report[0].changes and report[0].changes
+    assert report[1].changes[-1] == ("stopped here: the audit row of these changes was not written "
+                                     "(the database is unreachable; retry later)")
