@@ -93,6 +93,13 @@ logging.getLogger("kubernetes_asyncio.config").setLevel(logging.CRITICAL)
 # Control-plane calls are small; past this the API server is effectively down.
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
 
+_VERSION = "/version"
+NON_RESOURCE_URLS = frozenset({_VERSION})
+"""Every path outside the API's resources the gateway's credential asks
+for (`reachable`: /readyz, reconcile). Its FlowSchema
+(deploy/kubernetes/flowcontrol.yaml) must name them, or they queue in the
+tenants' priority level, behind a tenant's flood."""
+
 
 @dataclass(frozen=True)
 class ClusterEndpoint:
@@ -219,7 +226,7 @@ class KubeClient:
 
     async def reachable(self) -> bool:
         try:
-            await self.get("/version")
+            await self.get(_VERSION)
             return True
         except GatewayError:
             return False

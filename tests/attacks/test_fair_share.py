@@ -4,8 +4,9 @@ admitted the request (`X-Kubernetes-PF-PriorityLevel-UID`). A tenant's
 LISTs, made with its issued kubeconfig, go to the tenants' LIST level; its
 other requests to the tenants' level; another tenant's to the same levels
 (each account its own flow there); the gateway's own to workload-high,
-ahead of any tenant's flood. How well the levels hold under a flood is the
-benchmark's fairness row (bench/fairness.py)."""
+its /version calls included, ahead of any tenant's flood. How well the
+levels hold under a flood is the benchmark's fairness row
+(bench/fairness.py)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,5 @@ async def test_a_tenants_lists_and_other_requests_and_the_gateways_land_in_their
         assert by_verb["get"] == by_verb["write"] == levels["tenant-gateway-tenants"], namespace
     own = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.gateway_kubeconfig))
     assert level_of(own.read_namespace_with_http_info(next(iter(seen)))) == levels["workload-high"]
+    # Its non-resource calls too (/version: /readyz, reconcile), which the tenants' schema would take.
+    assert level_of(client.VersionApi(own.api_client).get_code_with_http_info()) == levels["workload-high"]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from provisioning.kube.client import NON_RESOURCE_URLS
+
 _FLOWCONTROL = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "flowcontrol.yaml"
 
 
@@ -23,3 +25,16 @@ def test_every_shipped_flow_schema_tells_flows_apart_by_who_asks_not_by_what_the
     assert len(tenants) == 2, [s["metadata"]["name"] for s in schemas]
     for schema in schemas:
         assert schema["spec"]["distinguisherMethod"]["type"] == "ByUser", schema["metadata"]["name"]
+
+
+def test_the_gateways_own_schema_takes_every_non_resource_url_its_credential_calls() -> None:
+    """Else its /version calls (/readyz, reconcile) match the tenants'
+    schema, which takes every ServiceAccount's, and wait behind a flood."""
+    schemas = {d["metadata"]["name"]: d for d in yaml.safe_load_all(_FLOWCONTROL.read_text())
+               if d and d["kind"] == "FlowSchema"}
+    gateways = schemas["tenant-gateway-itself"]["spec"]
+    tenants = schemas["tenant-gateway-tenants"]["spec"]
+    assert gateways["matchingPrecedence"] < tenants["matchingPrecedence"]
+    taken = {url for rule in gateways["rules"] for non_resource in rule.get("nonResourceRules", [])
+             if {"get", "*"} & set(non_resource["verbs"]) for url in non_resource["nonResourceURLs"]}
+    assert NON_RESOURCE_URLS and NON_RESOURCE_URLS <= taken
