@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import jwt
@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from devstack.processes import free_port
 from proxy.auth.oidc_client import ProviderClient, ProviderUnavailable
-from proxy.auth.oidc_providers import parse_providers
+from proxy.auth.oidc_providers import OIDCProvider, parse_providers
 
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 JWK = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1", "alg": "RS256", "use": "sig"}
@@ -54,6 +54,22 @@ def signed(issuer: str, sub: str = "u-1") -> str:
     return jwt.encode({"iss": issuer, "aud": "tenant-gateway", "sub": sub, "iat": now, "exp": now + 300,
                        "email": f"{sub}@own.example", "email_verified": True}, KEY, algorithm="RS256",
                       headers={"kid": "k1"})
+
+
+async def provider_serving(routes: dict[str, Callable[[web.Request], Awaitable[web.Response]]],
+                           configuration: Callable[[web.Request], Awaitable[web.Response]]
+                           ) -> tuple[web.AppRunner, str, OIDCProvider]:
+    """The test's own provider on loopback: its discovery and `routes`, its
+    issuer (its address) and the provider setting naming it."""
+    app = web.Application()
+    app.router.add_get("/.well-known/openid-configuration", configuration)
+    for path, handler in routes.items():
+        app.router.add_get(path, handler)
+    server = await serve(app)
+    issuer = f"http://127.0.0.1:{server.addresses[0][1]}"
+    provider = parse_providers([{"name": "own", "issuer": issuer, "client_id": "tenant-gateway",
+                                 "client_secret": "s"}])[0]
+    return server, issuer, provider
 
 
 @pytest.fixture
@@ -128,13 +144,7 @@ async def test_a_failing_discovery_is_asked_once_per_interval(http: aiohttp.Clie
     async def certs(request: web.Request) -> web.Response:
         return web.json_response({"keys": [JWK]})
 
-    app = web.Application()
-    app.router.add_get("/.well-known/openid-configuration", configuration)
-    app.router.add_get("/certs", certs)
-    server = await serve(app)
-    issuer = f"http://127.0.0.1:{server.addresses[0][1]}"
-    provider = parse_providers([{"name": "own", "issuer": issuer, "client_id": "tenant-gateway",
-                                 "client_secret": "s"}])[0]
+    server, issuer, provider = await provider_serving({"/certs": certs}, configuration)
     clock = Clock()
     client = ProviderClient(provider, http, clock=clock, refetch_interval=INTERVAL, discovery_seconds=3600)
     token = signed(issuer)
@@ -179,14 +189,7 @@ async def test_discovery_that_would_leak_the_secret_or_keys_is_refused(http: aio
         elsewhere.append(request.path)
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_get("/.well-known/openid-configuration", configuration)
-    app.router.add_get("/moved", moved)
-    app.router.add_get("/certs", moved)
-    server = await serve(app)
-    issuer = f"http://127.0.0.1:{server.addresses[0][1]}"
-    provider = parse_providers([{"name": "own", "issuer": issuer, "client_id": "tenant-gateway",
-                                 "client_secret": "s"}])[0]
+    server, issuer, provider = await provider_serving({"/moved": moved, "/certs": moved}, configuration)
     client = ProviderClient(provider, http, clock=Clock(), refetch_interval=INTERVAL)
     try:
         with pytest.raises(ProviderUnavailable):
