@@ -628,7 +628,7 @@ class Pool:
             raise
         if status != 101:
             # The refusal's body is the API server's reason (a Status: "container
-            # not found", a denial), read within what is left of the deadline.
+            # not found", a denial), given the upgrade's timeout once more to arrive.
             try:
                 async with asyncio.timeout(timeout):
                     whole = await answer.refusal_read
