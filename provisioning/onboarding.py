@@ -26,9 +26,9 @@ from typing import Any, AsyncIterator, Mapping
 from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import BadRequest, Conflict
+from provisioning.errors import BadRequest, ClusterUnavailable, Conflict
 from provisioning.kube.client import KubeClient
-from provisioning.kube.errors import KubeAlreadyExists
+from provisioning.kube.errors import KubeAlreadyExists, KubeForbidden, KubeNotFound
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.tiers import Tier
 
@@ -36,6 +36,11 @@ from provisioning.tiers import Tier
 # How long an onboarding waits for a suspension, resume or other onboarding
 # of the same workspace under way (then 409).
 ONBOARDING_WAITS_SECONDS = 30.0
+# How long a create refused by the namespace's quota is tried again: until the
+# quota controller has counted a new quota (or keys just added to one), or
+# has counted an object deleted a moment ago (resume replaces the account).
+QUOTA_COUNTING_SECONDS = 10.0
+_QUOTA_REFUSALS = ("exceeded quota", "status unknown for quota")
 
 
 @contextlib.asynccontextmanager
@@ -60,7 +65,7 @@ async def converge_object(kube: KubeClient, step: manifests.Step, workspace_id: 
     and bring it to what the step says (the quota follows its tier). Returns
     the object and what was done to it in words, None if nothing."""
     try:
-        return await kube.create(step.collection, step.body), "created"
+        return await _create(kube, step), "created"
     except KubeAlreadyExists:
         existing = await kube.get(step.path)
     labels = (existing.get("metadata") or {}).get("labels") or {}
@@ -71,6 +76,35 @@ async def converge_object(kube: KubeClient, step: manifests.Step, workspace_id: 
     if change is None:
         return existing, None
     return await kube.merge_patch(step.path, change.patch), change.described
+
+
+async def _create(kube: KubeClient, step: manifests.Step) -> dict[str, Any]:
+    """Create the object. Quota admission judges a create before the API
+    server looks for an object of that name: a repeated onboarding at its
+    count would be refused for an object that is already there (and counted
+    once), and a create before the quota controller has counted the
+    namespace is refused whatever the count. The first is answered as the
+    object existing; the second is tried again for QUOTA_COUNTING_SECONDS,
+    then 503 (repeating the call finishes the work)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + QUOTA_COUNTING_SECONDS
+    delay = 0.1
+    while True:
+        try:
+            return await kube.create(step.collection, step.body)
+        except KubeForbidden as refused:
+            if not any(words in str(refused) for words in _QUOTA_REFUSALS):
+                raise
+            try:
+                await kube.get(step.path)
+            except KubeNotFound:
+                if loop.time() + delay > deadline:
+                    raise ClusterUnavailable(f"the namespace's quota refused the {step.kind}; "
+                                             "repeat the call") from refused
+            else:
+                raise KubeAlreadyExists(409, "AlreadyExists", f"{step.kind} {step.name} exists") from refused
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, Any]:

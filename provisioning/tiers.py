@@ -19,11 +19,13 @@ each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
   `count/<resource>` spelling counts as naming the key;
 - `count/<resource>.<group>` for every other kind tenant-admin may create
   (Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs,
-  HorizontalPodAutoscalers, Ingresses, PodDisruptionBudgets, Leases, Roles).
-  ServiceAccounts, RoleBindings and NetworkPolicies are not counted:
-  onboarding creates one of each alongside the quota, and quota admission
-  refuses every kind a quota names until the quota controller has first
-  counted the namespace, so counting them would fail onboarding at random;
+  HorizontalPodAutoscalers, Ingresses, PodDisruptionBudgets, Leases, Roles,
+  ServiceAccounts, RoleBindings, NetworkPolicies). Onboarding makes one
+  ServiceAccount, RoleBinding and NetworkPolicy itself and Kubernetes the
+  `default` ServiceAccount, so those counts leave room for them beside the
+  tenant's own; quota admission refuses a kind the quota names until the
+  quota controller has counted the namespace, and onboarding waits that
+  moment out (provisioning/onboarding.py);
 - `requests.storage`: the sum of all volume claims' requested storage;
 - `services.nodeports`: Services of type NodePort (or LoadBalancer, which
   allocates node ports too); a node port opens on every node, so 0 unless
@@ -93,6 +95,12 @@ SHARED_BOUNDS: Mapping[str, str] = {
     "count/poddisruptionbudgets.policy": "20",
     "count/leases.coordination.k8s.io": "50",
     "count/roles.rbac.authorization.k8s.io": "20",
+    # Each up to ~1.5 MB in etcd, and tenant-admin may create them. The
+    # namespace's own `default` account and onboarding's account, binding and
+    # isolation policy count too: 2 + 18, 1 + 19, 1 + 19 for the tenant.
+    "count/serviceaccounts": "20",
+    "count/rolebindings.rbac.authorization.k8s.io": "20",
+    "count/networkpolicies.networking.k8s.io": "20",
 }
 # The object counts the quota also knows by a short name.
 _OBJECT_COUNTS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims", "replicationcontrollers")

@@ -16,7 +16,8 @@ SHARED_KEYS = ("pods", "services", "secrets", "configmaps", "persistentvolumecla
                "count/daemonsets.apps", "count/controllerrevisions.apps", "count/jobs.batch", "count/cronjobs.batch",
                "count/horizontalpodautoscalers.autoscaling", "count/ingresses.networking.k8s.io",
                "count/poddisruptionbudgets.policy", "count/leases.coordination.k8s.io",
-               "count/roles.rbac.authorization.k8s.io")
+               "count/roles.rbac.authorization.k8s.io", "count/serviceaccounts",
+               "count/rolebindings.rbac.authorization.k8s.io", "count/networkpolicies.networking.k8s.io")
 
 
 def test_the_basic_tier_bounds_every_shared_resource_and_allows_no_node_port_or_load_balancer() -> None:
