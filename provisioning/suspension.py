@@ -11,6 +11,7 @@ have bound its own roles. Suspension therefore
    cannot recreate RoleBindings as fast as step 3 deletes them;
 3. deletes every RoleBinding in the namespace, listing again until none is
    left (the label reaches the admission check a moment after the patch);
+   each listing is paged, so no answer grows with the tenant's bindings;
 4. replaces the tenant ServiceAccount: its UID changes, so every token minted
    for the old one stops authenticating.
 A delete in steps 3 and 4 that leaves its object in place, held by
@@ -120,12 +121,17 @@ async def _delete_every_rolebinding(kube: KubeClient, namespace: str) -> list[st
     collection = f"{_RBAC}/namespaces/{namespace}/rolebindings"
     deleted: list[str] = []
     for _ in range(_ROLEBINDING_PASSES):
-        names = [b["metadata"]["name"] for b in await kube.list_items(collection)]
-        if not names:
+        found = False
+        # A page at a time: however many bindings the tenant made, one
+        # request's answer is one page (KubeClient.list_pages).
+        async for page in kube.list_pages(collection):
+            names = [b["metadata"]["name"] for b in page]
+            for name in names:
+                await _delete_now(kube, f"{collection}/{name}")
+            deleted.extend(names)
+            found = found or bool(names)
+        if not found:
             return deleted
-        for name in names:
-            await _delete_now(kube, f"{collection}/{name}")
-        deleted.extend(names)
     raise ClusterUnavailable("RoleBindings keep reappearing in the suspended namespace; "
                              "is the tenant-gateway-suspended admission policy installed?")
 

@@ -21,7 +21,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import yaml
@@ -92,6 +92,10 @@ logging.getLogger("kubernetes_asyncio.config").setLevel(logging.CRITICAL)
 
 # Control-plane calls are small; past this the API server is effectively down.
 _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=15, sock_connect=5)
+# Items per page of a paged listing (list_pages): one page is what the
+# gateway holds in memory and what must arrive within _REQUEST_TIMEOUT,
+# however many objects a tenant made.
+LIST_PAGE_SIZE = 100
 
 _VERSION = "/version"
 NON_RESOURCE_URLS = frozenset({_VERSION})
@@ -223,6 +227,25 @@ class KubeClient:
     async def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         query = {"labelSelector": label_selector} if label_selector else None
         return list((await self.request("GET", path, query=query)).get("items", []))
+
+    async def list_pages(self, path: str, *, page_size: int = LIST_PAGE_SIZE,
+                         label_selector: str | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+        """The collection a page at a time (`limit`, then each answer's
+        `continue`): memory and each request's time are bounded by one page,
+        not by how many objects the collection holds. The pages are one
+        consistent snapshot, so deleting what a page lists does not disturb
+        the next; a snapshot older than etcd's compaction is refused (410,
+        a KubeAPIError) and the caller lists again."""
+        query = {"limit": str(page_size)}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        while True:
+            answer = await self.request("GET", path, query=query)
+            yield list(answer.get("items", []))
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            query = {**query, "continue": str(token)}
 
     async def reachable(self) -> bool:
         try:
