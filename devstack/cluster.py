@@ -120,6 +120,12 @@ spec:
   containers: [{name: c, image: registry.invalid/none}]
   priorityClassName: system-node-critical
 """
+_FINALIZED_POD = """apiVersion: v1
+kind: Pod
+metadata: {name: probe, finalizers: [example.com/keep]}
+spec:
+  containers: [{name: c, image: registry.invalid/none}]
+"""
 # Client identities other than the gateway's: file stem -> (user, groups).
 _CLIENT_IDENTITIES = {
     "admin": ("cluster-admin", ("system:masters",)),
@@ -456,6 +462,7 @@ class LocalCluster:
                 "tenant-gateway-volume-sources": ("csi volumes only", ["create", "-f", "-"], _NFS_POD),
                 "tenant-gateway-node-placement": ("may not name their node", ["create", "-f", "-"], _PLACED_POD),
                 "tenant-gateway-pod-priority": ("system- priority classes", ["create", "-f", "-"], _CRITICAL_POD),
+                "tenant-gateway-pod-finalizers": ("only Kubernetes' own", ["create", "-f", "-"], _FINALIZED_POD),
                 "tenant-gateway-suspended": ("this workspace is suspended",
                                              ["create", "configmap", "probe", f"--as=system:serviceaccount:{ns}:prober"],
                                              None),

@@ -302,6 +302,7 @@ POLICIES: Mapping[str, Mapping[str, Any] | None] = {
     "tenant-gateway-volume-sources": _TENANT_NAMESPACES,
     "tenant-gateway-node-placement": _TENANT_NAMESPACES,
     "tenant-gateway-pod-priority": _TENANT_NAMESPACES,
+    "tenant-gateway-pod-finalizers": _TENANT_NAMESPACES,
     "tenant-gateway-suspended": {"matchLabels": {manifests.SUSPENDED_LABEL: "true"}},
     "tenant-gateway-confined": None,
 }

@@ -13,6 +13,8 @@ admission policies in deploy/kubernetes/admission.yaml hold the walls:
 - no pod picks its node or tolerates the control plane, on create or by a
   later update;
 - no pod takes the cluster's own (system-) priority classes;
+- no pod carries a finalizer that is not Kubernetes' own (one would keep a
+  deleted pod in etcd outside the pods quota);
 - no ExternalName Service points shared infrastructure elsewhere;
 - the gateway's own credential cannot hand a tenant namespace to the
   garbage collector.
@@ -450,6 +452,37 @@ async def test_pods_cannot_take_a_system_priority_class(cluster: LocalCluster, g
         assert core.create_namespaced_pod(ns, pod("batch", priorityClassName=batch)).spec.priority == 1000
     finally:
         scheduling.delete_priority_class(batch)
+
+
+# -- finalizers on pods -------------------------------------------------------------
+
+async def test_pods_cannot_be_kept_in_etcd_past_their_count_with_a_finalizer(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """A deleted pod stops counting against the quota's `pods` once its grace
+    period is over, while a finalizer keeps it stored: delete and re-create
+    without end and etcd fills. Only Kubernetes' own finalizers go on a pod."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    for finalizers in (["example.com/keep"], ["kubernetes.io.example.com/keep"], ["foregroundDeletion"],
+                       ["batch.kubernetes.io/job-tracking", "example.com/keep"]):
+        held = {**pod("held"), "metadata": {"name": "held", "finalizers": finalizers}}
+        status, message = refusal(lambda: core.create_namespaced_pod(ns, held))
+        assert status == 403 and "only Kubernetes' own" in message, (finalizers, status, message)
+    # Nor added afterwards, to a pod that was created without one.
+    core.create_namespaced_pod(ns, pod("plain"))
+    status, message = refusal(lambda: core.patch_namespaced_pod(
+        "plain", ns, {"metadata": {"finalizers": ["example.com/keep"]}}))
+    assert status == 403 and "only Kubernetes' own" in message, message
+    # Kubernetes' own (the Job controller's: the local cluster runs no Job
+    # controller, so the tenant plays it) go on, stay through an update, and
+    # come off as before.
+    tracked = {**pod("tracked"), "metadata": {"name": "tracked", "finalizers": ["batch.kubernetes.io/job-tracking"]}}
+    core.create_namespaced_pod(ns, tracked)
+    core.patch_namespaced_pod("tracked", ns, {"metadata": {"labels": {"seen": "yes"}}})
+    core.patch_namespaced_pod("tracked", ns, {"metadata": {"finalizers": None}})
+    assert not core.read_namespaced_pod("tracked", ns).metadata.finalizers
+    for name in ("plain", "tracked"):
+        core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
 
 
 # -- 5. ExternalName ----------------------------------------------------------------
