@@ -125,6 +125,30 @@ def limit_range(ns: str, workspace_id: str, tier: Tier) -> Manifest:
     }
 
 
+def limit_range_convergence(existing: Mapping[str, Any], tier: Tier) -> Convergence | None:
+    """The merge patch that makes an existing LimitRange's container
+    defaults the tier's (a tier, or a release, that adds a default: without
+    it a quota naming that resource refuses every pod that states none);
+    None if they already are. Other entries of `spec.limits` are kept."""
+    limits: list[Mapping[str, Any]] = list((existing.get("spec") or {}).get("limits") or [])
+    ours = limit_range("", "", tier)["spec"]["limits"][0]
+    found = next((entry for entry in limits if entry.get("type") == "Container"), None)
+    if found is not None and all(
+            set(found.get(field) or {}) == set(ours[field])
+            and all(_same_quantity((found.get(field) or {}).get(key), value) for key, value in ours[field].items())
+            for field in ("default", "defaultRequest")):
+        return None
+    words = []
+    for field in ("default", "defaultRequest"):
+        have: Mapping[str, str] = (found or {}).get(field) or {}
+        want: Mapping[str, str] = ours[field]
+        words += [f"{field}.{key} {have.get(key, 'unset')} -> {want.get(key, 'unset')}"
+                  for key in sorted(set(have) | set(want)) if not _same_quantity(have.get(key), want.get(key))]
+    kept = [entry for entry in limits if entry is not found]
+    merged = {**(found or {}), **ours}
+    return Convergence({"spec": {"limits": [*kept, merged]}}, ", ".join(words))
+
+
 def network_isolation(ns: str, workspace_id: str) -> Manifest:
     """No other tenant's pods may connect to this tenant's pods.
 
@@ -183,7 +207,8 @@ def bounds_steps(ns: str, workspace_id: str, tier: Tier) -> list[Step]:
     return [
         Step("ResourceQuota", f"{core}/resourcequotas", QUOTA_NAME, resource_quota(ns, workspace_id, tier),
              converge=lambda existing: quota_convergence(existing, tier)),
-        Step("LimitRange", f"{core}/limitranges", LIMITRANGE_NAME, limit_range(ns, workspace_id, tier)),
+        Step("LimitRange", f"{core}/limitranges", LIMITRANGE_NAME, limit_range(ns, workspace_id, tier),
+             converge=lambda existing: limit_range_convergence(existing, tier)),
         Step("NetworkPolicy", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", ISOLATION_NAME,
              network_isolation(ns, workspace_id)),
     ]

@@ -111,7 +111,8 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     needed = [Permission(v, "namespaces") for v in ("create", "get", "list", "patch")]
     # patch: the quota follows its tier (resume, reconcile: quota_convergence).
     needed += [Permission(v, "resourcequotas") for v in ("create", "get", "patch")]
-    needed += [Permission(v, "limitranges") for v in ("create", "get")]
+    # patch: the container defaults follow the tier (limit_range_convergence).
+    needed += [Permission(v, "limitranges") for v in ("create", "get", "patch")]
     # delete, patch (serviceaccounts, rolebindings): suspension deletes them
     # and lets go of one a finalizer holds (suspension._delete_now); list
     # (rolebindings): suspension deletes every binding in the namespace.

@@ -10,6 +10,8 @@ A tier file (GATEWAY_TIERS_FILE) maps a tier name to either the quota's
       hard: {requests.cpu: "8", limits.memory: 16Gi, pods: "100"}
       defaultLimits: {cpu: 500m, memory: 512Mi}    # LimitRange `default`
       defaultRequests: {cpu: 100m, memory: 128Mi}  # LimitRange `defaultRequest`
+                                                   # (ephemeral-storage: 1Gi / 100Mi
+                                                   # when left out)
 
 `hard` takes any ResourceQuota key. Every tier bounds what tenants share, so
 each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
@@ -27,13 +29,18 @@ each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
   quota controller has counted the namespace, and onboarding waits that
   moment out (provisioning/onboarding.py);
 - `requests.storage`: the sum of all volume claims' requested storage;
+- `requests.ephemeral-storage` (or `ephemeral-storage`) and
+  `limits.ephemeral-storage`: node disk taken by containers' writable
+  layers, logs and emptyDir volumes. Every tier's LimitRange gives a
+  container that states none `ephemeral-storage` 100Mi requested and a 1Gi
+  limit (unless the tier's defaults name it), so plain pods still run;
 - `services.nodeports`: Services of type NodePort (or LoadBalancer, which
   allocates node ports too); a node port opens on every node, so 0 unless
   the tier says otherwise;
 - `services.loadbalancers`: Services of type LoadBalancer, each a billed
   cloud load balancer; 0 unless the tier says otherwise.
 A changed tier reaches existing workspaces on resume and with
-`tenant-gateway reconcile`.
+`tenant-gateway reconcile` (the quota's `hard` and the LimitRange's defaults).
 
 Quantities are kept as the strings Kubernetes accepts; the API server
 validates them, and `parse_tiers` catches the obvious mistakes at start-up so
@@ -58,9 +65,13 @@ _EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # Pods that state no resources get these, so they still fit a quota that
-# demands requests/limits for cpu and memory.
-_DEFAULT_LIMITS = {"cpu": "500m", "memory": "512Mi"}
-_DEFAULT_REQUESTS = {"cpu": "100m", "memory": "128Mi"}
+# demands requests/limits for cpu, memory and ephemeral storage.
+_DEFAULT_LIMITS = {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+_DEFAULT_REQUESTS = {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "100Mi"}
+# Every tier's quota bounds ephemeral storage (SHARED_BOUNDS), so every
+# tier's LimitRange must give a container that states none an amount: a tier
+# whose defaults leave it out gets these.
+_EPHEMERAL = "ephemeral-storage"
 
 
 # What every tier bounds unless it names the key itself (see the module
@@ -101,7 +112,14 @@ SHARED_BOUNDS: Mapping[str, str] = {
     "count/serviceaccounts": "20",
     "count/rolebindings.rbac.authorization.k8s.io": "20",
     "count/networkpolicies.networking.k8s.io": "20",
+    # Node disk: containers' writable layers, logs and emptyDir volumes. The
+    # kubelet evicts a pod past its limit; the LimitRange gives every
+    # container that states none 100Mi requested and a 1Gi limit.
+    "requests.ephemeral-storage": "20Gi",
+    "limits.ephemeral-storage": "40Gi",
 }
+# Other spellings the quota takes for a key in SHARED_BOUNDS.
+_ALIASES = {"requests.ephemeral-storage": "ephemeral-storage"}
 # The object counts the quota also knows by a short name.
 _OBJECT_COUNTS = ("pods", "services", "secrets", "configmaps", "persistentvolumeclaims", "replicationcontrollers")
 _SUFFIXES = {
@@ -131,7 +149,8 @@ def with_shared_bounds(hard: Mapping[str, str]) -> dict[str, str]:
     """`hard` plus SHARED_BOUNDS for every key it does not name."""
     bounded = dict(hard)
     for key, value in SHARED_BOUNDS.items():
-        named = key in hard or (key in _OBJECT_COUNTS and f"count/{key}" in hard)
+        named = (key in hard or (key in _OBJECT_COUNTS and f"count/{key}" in hard)
+                 or _ALIASES.get(key, key) in hard)
         if not named:
             bounded[key] = value
     return bounded
@@ -185,6 +204,25 @@ def _requests_within_limits(name: str, limits: Mapping[str, str], requests: Mapp
                              f"defaultLimits.{resource} ({limits[resource]})")
 
 
+def _without_ephemeral(defaults: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in defaults.items() if key != _EPHEMERAL}
+
+
+def _with_ephemeral_defaults(limits: Mapping[str, str],
+                             requests: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The tier's LimitRange defaults, with ephemeral storage filled in where
+    the tier left it out: never a default request above the default limit."""
+    limits, requests = dict(limits), dict(requests)
+    if _EPHEMERAL not in limits:
+        named = requests.get(_EPHEMERAL)
+        bigger = named is not None and quantity_value(named) > quantity_value(_DEFAULT_LIMITS[_EPHEMERAL])
+        limits[_EPHEMERAL] = named if bigger and named is not None else _DEFAULT_LIMITS[_EPHEMERAL]
+    if _EPHEMERAL not in requests:
+        smaller = quantity_value(limits[_EPHEMERAL]) < quantity_value(_DEFAULT_REQUESTS[_EPHEMERAL])
+        requests[_EPHEMERAL] = limits[_EPHEMERAL] if smaller else _DEFAULT_REQUESTS[_EPHEMERAL]
+    return limits, requests
+
+
 def parse_tiers(text: str) -> dict[str, Tier]:
     """Parse a tiers file. Each entry is either the `hard` map itself, or a
     mapping with `hard` and optional `defaultLimits` / `defaultRequests`;
@@ -204,9 +242,13 @@ def parse_tiers(text: str) -> dict[str, Tier]:
             unknown = set(body) - {"hard", "defaultLimits", "defaultRequests"}
             if unknown:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
-            limits = _quantities(f"{name}.defaultLimits", body.get("defaultLimits", _DEFAULT_LIMITS))
-            requests = _quantities(f"{name}.defaultRequests", body.get("defaultRequests", _DEFAULT_REQUESTS))
+            # Left out, cpu and memory take the defaults; ephemeral storage is
+            # filled in below, to fit whatever the tier does name.
+            limits = _quantities(f"{name}.defaultLimits", body.get("defaultLimits", _without_ephemeral(_DEFAULT_LIMITS)))
+            requests = _quantities(f"{name}.defaultRequests",
+                                   body.get("defaultRequests", _without_ephemeral(_DEFAULT_REQUESTS)))
             _requests_within_limits(name, limits, requests)
+            limits, requests = _with_ephemeral_defaults(limits, requests)
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests)
         else:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))

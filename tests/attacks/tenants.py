@@ -53,6 +53,17 @@ async def onboard(gateway: Any, tmp_path: Path) -> Tenant:
 OLD_QUOTA = {"requests.cpu": "4", "limits.memory": "8Gi"}
 
 
+# The container defaults it was given (no ephemeral storage).
+OLD_DEFAULTS = {"type": "Container", "default": {"cpu": "500m", "memory": "512Mi"},
+                "defaultRequest": {"cpu": "100m", "memory": "128Mi"}}
+
+
+def old_limit_range(admin: client.CoreV1Api, tenant: Tenant) -> None:
+    """Turn a fresh workspace's LimitRange into what onboarding used to write."""
+    admin.patch_namespaced_limit_range(manifests.LIMITRANGE_NAME, tenant.namespace,
+                                       {"spec": {"limits": [OLD_DEFAULTS]}})
+
+
 def made_long_ago(admin: client.CoreV1Api, tenant: Tenant) -> None:
     """Turn a fresh workspace's quota into what onboarding used to write."""
     quota = admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace)

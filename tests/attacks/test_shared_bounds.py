@@ -20,7 +20,7 @@ from devstack.cluster import LocalCluster
 from provisioning import manifests
 from provisioning.tiers import DEFAULT_TIERS
 from tests import kubeclients
-from tests.attacks.tenants import made_long_ago, onboard, refusal
+from tests.attacks.tenants import made_long_ago, old_limit_range, onboard, refusal
 from tests.gatewayclient import admin_session
 
 pytestmark = pytest.mark.cluster
@@ -110,6 +110,27 @@ async def test_kinds_beyond_the_core_ones_are_counted_too(gateway: Any, tmp_path
             create(f"o-{number}")
         status, message = refusal(lambda: create("one-more"))
         assert status == 403 and "exceeded quota" in message and key in message, message
+
+
+def disk_pod(name: str, limit: str | None = None) -> dict[str, Any]:
+    resources = {"limits": {"ephemeral-storage": limit}} if limit else {}
+    return {"metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none", "resources": resources}]}}
+
+
+async def test_node_disk_is_bounded_and_a_plain_pod_gets_its_share(gateway: Any, tmp_path: Path) -> None:
+    """Containers write to the node's disk (writable layers, logs, emptyDir):
+    no pod takes more than the tier's ephemeral storage, and one that states
+    none is given the LimitRange's defaults, so it still fits."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    await quota_enforced(core, ns)
+    status, message = refusal(lambda: core.create_namespaced_pod(ns, disk_pod("hog", "500Gi")))
+    assert status == 403 and "exceeded quota" in message and "ephemeral-storage" in message, message
+    plain = core.create_namespaced_pod(ns, disk_pod("plain"))
+    resources = plain.spec.containers[0].resources
+    assert (resources.limits["ephemeral-storage"], resources.requests["ephemeral-storage"]) == ("1Gi", "100Mi")
+    core.delete_namespaced_pod("plain", ns, grace_period_seconds=0)
 
 
 def network_policy(name: str) -> dict[str, Any]:
@@ -203,6 +224,7 @@ async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
     alice = await onboard(gateway, tmp_path)
     admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
     made_long_ago(admin, alice)
+    old_limit_range(admin, alice)
 
     root = await admin_session(gateway, database_url)
     for move in ("suspend", "resume"):
@@ -217,6 +239,9 @@ async def test_a_workspace_from_before_the_bounds_gets_them_on_resume(
                                            "count/deployments.apps")} == \
         {"services.nodeports": "0", "services.loadbalancers": "0", "configmaps": "50", "pods": "50",
          "count/deployments.apps": "20"}
+    # And the container defaults that let a plain pod fit the new disk bounds.
+    (defaults,) = admin.read_namespaced_limit_range(manifests.LIMITRANGE_NAME, alice.namespace).spec.limits
+    assert (defaults.default["ephemeral-storage"], defaults.default_request["ephemeral-storage"]) == ("1Gi", "100Mi")
 
 
 async def test_the_gateway_credential_changes_quotas_only_in_tenant_namespaces(cluster: LocalCluster) -> None:

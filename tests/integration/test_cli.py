@@ -22,7 +22,7 @@ from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.tiers import DEFAULT_TIERS
 from tests import kubeclients
-from tests.attacks.tenants import made_long_ago, onboard
+from tests.attacks.tenants import made_long_ago, old_limit_range, onboard
 from tests.gatewayclient import PASSWORD, login, register_and_login
 
 pytestmark = pytest.mark.cluster
@@ -304,6 +304,7 @@ async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
     old = await onboard(gateway, tmp_path)
     admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
     made_long_ago(admin, old)
+    old_limit_range(admin, old)
     cluster.kubectl_run("-n", old.namespace, "delete", "networkpolicy", manifests.ISOLATION_NAME)
 
     first = run(gateway_env, "reconcile")
@@ -311,10 +312,14 @@ async def test_reconcile_brings_an_old_workspace_to_its_tier_once(
     (line,) = first.stdout.splitlines()
     assert line.startswith(f"{old.workspace_id} {old.namespace}: ResourceQuota {manifests.QUOTA_NAME} "), line
     assert "services.nodeports unset -> 0" in line and "configmaps unset -> 50" in line
+    assert (f"; LimitRange {manifests.LIMITRANGE_NAME} default.ephemeral-storage unset -> 1Gi, "
+            "defaultRequest.ephemeral-storage unset -> 100Mi;") in line, line
     assert line.endswith(f"; NetworkPolicy {manifests.ISOLATION_NAME} created"), line
     assert untouched.workspace_id not in first.stdout
     hard = DEFAULT_TIERS["basic"].hard
     assert admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, old.namespace).spec.hard == dict(hard)
+    (defaults,) = admin.read_namespaced_limit_range(manifests.LIMITRANGE_NAME, old.namespace).spec.limits
+    assert defaults.default["ephemeral-storage"] == "1Gi" and defaults.default_request["ephemeral-storage"] == "100Mi"
 
     again = run(gateway_env, "reconcile")
     assert (again.returncode, again.stdout) == (0, ""), again.stdout + again.stderr

@@ -79,13 +79,54 @@ def test_a_quota_as_the_api_server_wrote_it_back_needs_nothing() -> None:
     assert manifests.quota_convergence(quota(stored), tier) is None
 
 
-def test_only_the_quota_step_converges_and_it_is_the_tiers() -> None:
+def test_the_quota_and_limit_range_steps_converge_to_the_tiers() -> None:
     tier = DEFAULT_TIERS["basic"]
     steps = {step.kind: step for step in manifests.bounds_steps("tenant-u", "wid", tier)}
     assert list(steps) == ["ResourceQuota", "LimitRange", "NetworkPolicy"]
     assert steps["ResourceQuota"].body["spec"]["hard"] == dict(tier.hard)
-    assert steps["ResourceQuota"].converge is not None and steps["LimitRange"].converge is None
-    assert steps["ResourceQuota"].converge(quota(dict(tier.hard))) is None
+    assert steps["NetworkPolicy"].converge is None
+    quota_converge, limits_converge = steps["ResourceQuota"].converge, steps["LimitRange"].converge
+    assert quota_converge is not None and limits_converge is not None
+    assert quota_converge(quota(dict(tier.hard))) is None
+    assert limits_converge(steps["LimitRange"].body) is None
+
+
+def test_every_tier_bounds_node_disk_and_plain_containers_get_ephemeral_storage_defaults() -> None:
+    basic = DEFAULT_TIERS["basic"]
+    assert (basic.hard["requests.ephemeral-storage"], basic.hard["limits.ephemeral-storage"]) == ("20Gi", "40Gi")
+    assert (basic.default_limits["ephemeral-storage"], basic.default_requests["ephemeral-storage"]) == ("1Gi", "100Mi")
+    # A tier naming only cpu and memory defaults still gets ephemeral storage's.
+    named = parse_tiers("t: {hard: {requests.cpu: '1'}, defaultLimits: {cpu: '1', memory: 1Gi}}")["t"]
+    assert named.default_limits == {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}
+    assert named.default_requests == {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "100Mi"}
+    # Filled in to fit what the tier names: never a request above the limit.
+    small = parse_tiers("t: {hard: {requests.cpu: '1'}, defaultLimits: {ephemeral-storage: 50Mi}}")["t"]
+    assert small.default_requests["ephemeral-storage"] == "50Mi"
+    big = parse_tiers("t: {hard: {requests.cpu: '1'}, defaultRequests: {ephemeral-storage: 2Gi}}")["t"]
+    assert big.default_limits["ephemeral-storage"] == "2Gi"
+    # `ephemeral-storage` is the quota's other spelling of the requests key.
+    short = parse_tiers("t: {ephemeral-storage: 5Gi}")["t"].hard
+    assert short["ephemeral-storage"] == "5Gi" and "requests.ephemeral-storage" not in short
+    assert short["limits.ephemeral-storage"] == "40Gi"
+
+
+def test_an_old_limit_range_gets_the_tiers_defaults_and_keeps_other_entries() -> None:
+    tier = DEFAULT_TIERS["basic"]
+    old = {"spec": {"limits": [
+        {"type": "Container", "default": {"cpu": "500m", "memory": "512Mi"},
+         "defaultRequest": {"cpu": "100m", "memory": "128Mi"}},
+        {"type": "PersistentVolumeClaim", "max": {"storage": "10Gi"}},
+    ]}}
+    change = manifests.limit_range_convergence(old, tier)
+    assert change is not None and "ephemeral-storage" in change.described
+    assert change.patch == {"spec": {"limits": [
+        {"type": "PersistentVolumeClaim", "max": {"storage": "10Gi"}},
+        {"type": "Container", "default": dict(tier.default_limits), "defaultRequest": dict(tier.default_requests)},
+    ]}}
+    # As the API server writes it back (1Gi as 1Gi, 100m as 100m): nothing to do.
+    assert manifests.limit_range_convergence(change.patch, tier) is None
+    # One that lost its Container entry altogether gets it back.
+    assert manifests.limit_range_convergence({"spec": {}}, tier) is not None
 
 
 @pytest.mark.parametrize("text, words", [

@@ -206,7 +206,7 @@ def test_tiers_file_forms_and_errors() -> None:
     tiers = parse_tiers("small: {requests.cpu: '1', limits.memory: 2Gi}\n"
                         "big: {hard: {requests.cpu: '16', pods: '100'}, defaultLimits: {cpu: '1', memory: 1Gi}}\n")
     assert tiers["small"].summary() == {"cpu": "1", "memory": "2Gi"}
-    assert tiers["big"].default_limits == {"cpu": "1", "memory": "1Gi"}
+    assert tiers["big"].default_limits == {"cpu": "1", "memory": "1Gi", "ephemeral-storage": "1Gi"}
     for bad in ("[]", "x: {cpu: lots}", "Bad_Name: {cpu: '1'}", "t: {hard: {cpu: '1'}, extra: 1}", "t: {}"):
         with pytest.raises(ValueError):
             parse_tiers(bad)
