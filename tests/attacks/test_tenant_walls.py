@@ -460,10 +460,12 @@ async def test_pods_cannot_be_kept_in_etcd_past_their_count_with_a_finalizer(
         cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
     """A deleted pod stops counting against the quota's `pods` once its grace
     period is over, while a finalizer keeps it stored: delete and re-create
-    without end and etcd fills. Only Kubernetes' own finalizers go on a pod."""
+    without end and etcd fills. Only Kubernetes' own finalizer goes on a pod."""
     alice = await onboard(gateway, tmp_path)
     ns, core = alice.namespace, alice.core
+    # Names under kubernetes.io are free text: one that no controller owns would never come off.
     for finalizers in (["example.com/keep"], ["kubernetes.io.example.com/keep"], ["foregroundDeletion"],
+                       ["kubernetes.io/keep"], ["keep.kubernetes.io/forever"],
                        ["batch.kubernetes.io/job-tracking", "example.com/keep"]):
         held = {**pod("held"), "metadata": {"name": "held", "finalizers": finalizers}}
         status, message = refusal(lambda: core.create_namespaced_pod(ns, held))
