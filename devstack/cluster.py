@@ -382,6 +382,10 @@ class LocalCluster:
             f"--root-ca-file={pki_dir / 'ca.crt'}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             "--concurrent-namespace-syncs=5", "--profiling=false",
+            # The quota controller counts from its caches, and a new tenant's
+            # first count can miss an object made that moment (kube-root-ca.crt):
+            # its full recount corrects it, every 5 minutes by default.
+            "--resource-quota-sync-period=15s",
         ])
 
     def _start_scheduler(self) -> None:
