@@ -106,30 +106,23 @@ async def api_server(fake_api_server: FakeAPIServer) -> tuple[list[dict[str, str
 
 async def provisioned_workspace(gateway: Any) -> tuple[Any, str]:
     """A signed-in user and the path of a configmap list in their workspace,
-    made in the database directly (no cluster in this ring)."""
+    made in the database directly (no cluster in this ring), returned once
+    the gateway has heard of the provisioning (its workspace_changed event).
+    Arriving later, the event would cut a stream of the workspace being
+    opened, as it would for any right that changed while a stream was
+    authorised: a test must not race it."""
+    heard: set[str] = set()
+    gateway.server.app[keys.EVENTS].subscribe(lambda message: heard.add(str(message.get("id"))))
     user = await register_and_login(gateway)
     db = gateway.server.app[keys.DATABASE]
     namespace = f"tenant-{user.user_id}"
     workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace, "sa-tenant-admin", "basic")
     await repo.finish_provisioning(db, workspace.id, "uid-1", AuditEvent("WorkspaceProvisioned", workspace.user_id,
                                                                          workspace.id, None, {}))
-    return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
-
-
-async def heard_provisioned_workspace(gateway: Any) -> tuple[Any, str]:
-    """`provisioned_workspace`, returned once the gateway has heard of the
-    provisioning (its workspace_changed event). Arriving later, the event
-    cuts a stream of the workspace being opened, as it would for any right
-    that changed while a stream was authorised: a test of how a stream opens
-    must not race it."""
-    heard: set[str] = set()
-    gateway.server.app[keys.EVENTS].subscribe(lambda message: heard.add(str(message.get("id"))))
-    user, path = await provisioned_workspace(gateway)
-    workspace_id = path.split("/")[2]
     async with asyncio.timeout(10):
-        while workspace_id not in heard:
+        while str(workspace.id) not in heard:
             await asyncio.sleep(0.01)
-    return user, path
+    return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
 
 
 async def k8s_error(answer: Any) -> tuple[int, str]:
@@ -400,7 +393,7 @@ async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
 
     seen, upstream = api_server
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await heard_provisioned_workspace(gateway)
+    user, path = await provisioned_workspace(gateway)
     secret = "base64url.bearer.authorization.k8s.io.c2VjcmV0LXRva2Vu"
     headers = CIMultiDict(_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="))
     headers.update(user.bearer)
@@ -420,7 +413,7 @@ async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
         make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
     seen, upstream = api_server
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await heard_provisioned_workspace(gateway)
+    user, path = await provisioned_workspace(gateway)
     exec_path = path.replace("/configmaps", "/pods/p/exec")
     # A NUL in the command: PostgreSQL's jsonb cannot hold it in the exec's
     # audit row, which comes first (no row, no session).
@@ -462,7 +455,7 @@ async def test_an_upgrade_the_api_server_answers_without_switching_is_refused_by
 
     _server, upstream = await fake_api_server(answer)
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await heard_provisioned_workspace(gateway)
+    user, path = await provisioned_workspace(gateway)
     caplog.set_level(logging.INFO)
     refused = await gateway.get(path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
     assert await k8s_error(refused) == refusal
@@ -488,7 +481,7 @@ async def test_an_upgrade_refusal_with_the_api_servers_reason_reaches_the_client
 
     _server, upstream = await fake_api_server(answer)
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await heard_provisioned_workspace(gateway)
+    user, path = await provisioned_workspace(gateway)
     exec_path = path.replace("/configmaps", "/pods/p/exec") + "?command=sh&stdout=true&container=nope"
     for status in (400, 429):
         refused = await gateway.get(exec_path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
@@ -515,7 +508,7 @@ async def test_a_stream_still_opening_when_the_stop_begins_is_answered_503_shutt
 
     _server, upstream = await fake_api_server(hold_the_answer)
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await heard_provisioned_workspace(gateway)
+    user, path = await provisioned_workspace(gateway)
     if stream == "watch":
         opening = gateway.get(f"{path}?watch=true", headers=user.bearer)
     else:
@@ -543,7 +536,7 @@ async def test_a_watch_whose_answer_has_begun_still_ends_cleanly_when_the_stop_b
 
     _server, upstream = await fake_api_server(one_event_then_hold)
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await heard_provisioned_workspace(gateway)
+    user, path = await provisioned_workspace(gateway)
     watch = await gateway.get(f"{path}?watch=true", headers=user.bearer)
     assert watch.status == 200
     async with asyncio.timeout(10):
