@@ -38,6 +38,7 @@ from proxy.front import answer_expect, front_middleware, response_hook
 from proxy.heap import HeapTrimmer, glibc_malloc_trim
 from proxy.metrics import Metrics
 from proxy.metrics_listener import metrics_listener
+from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.stream_slots import StreamSlots
@@ -82,6 +83,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                               clock=clock, on_hit=metrics.token_cache_hit,
                               on_fetch=lambda result: metrics.token_requests.labels(result=result).inc())
     gate = Gate(settings.cors_origins)
+    app[keys.EXPRESS] = ExpressLane(gate, drain, metrics)
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:
         app[keys.OIDC] = registry = OIDCRegistry(settings.oidc_providers,
@@ -218,5 +220,5 @@ def handler_args(settings: Settings) -> dict[str, Any]:
     the pass-through would relay the inflated bytes under the client's
     Content-Length, the rest of them read upstream as a request of the
     tenant's making on a connection other tenants share."""
-    return {"access_log": None, "max_field_size": 16 * 1024, "max_line_size": 16 * 1024,
+    return {"access_log": None, "max_field_size": MAX_HEAD_BYTES, "max_line_size": MAX_HEAD_BYTES,
             "keepalive_timeout": settings.client_idle_seconds, "auto_decompress": False}

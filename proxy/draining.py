@@ -105,12 +105,16 @@ class Drain:
         if not self.tasks:
             self._idle.set()
 
+    def overdue(self, task: "asyncio.Task[object]") -> bool:
+        """Cancelled by `wait_idle` at the end of the drain (not by its client)."""
+        return task in self._overdue
+
     def cancelled(self, request: web.BaseRequest, task: "asyncio.Task[object]") -> web.Response | None:
         """On a request's CancelledError: the 503 it still owes if it was
         cancelled at the end of the drain before its answer began (the
         cancellation is then consumed), or None: not ours to answer, or the
         answer has begun, so only a cut is left."""
-        if task not in self._overdue or request.writer.output_size:
+        if not self.overdue(task) or request.writer.output_size:
             return None
         task.uncancel()
         return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "

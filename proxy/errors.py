@@ -81,15 +81,21 @@ def render(request: web.BaseRequest, error: GatewayError) -> web.Response:
                           headers={"Connection": "close"} if error.closes_connection else None)
 
 
+def note_failure(error: GatewayError) -> None:
+    """Log a 5xx the gateway answers (never its values: the code, the status
+    and the kind of cause). A stop is no failure: the drain's own refusals
+    are not logged either."""
+    if error.status >= 500 and not isinstance(error, ShuttingDown):
+        log.warning("request failed", extra={"code": error.code, "status": error.status,
+                                             "cause": type(error.__cause__).__name__ if error.__cause__ else None})
+
+
 def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:
     """The answer to what a handler raised; re-raises what is not ours to
     answer. Called from an `except` block (the front middleware's, in
     proxy.front), so a bug is logged with its traceback."""
     if isinstance(error, GatewayError):
-        # A stop is no failure: the drain's own refusals are not logged either.
-        if error.status >= 500 and not isinstance(error, ShuttingDown):
-            log.warning("request failed", extra={"code": error.code, "status": error.status,
-                                                 "cause": type(error.__cause__).__name__ if error.__cause__ else None})
+        note_failure(error)
         return render(request, error)
     if isinstance(error, web.HTTPException):
         if error.status < 400:

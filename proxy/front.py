@@ -8,36 +8,24 @@ request at all, the answer `GatewayRunner` gives in their place.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import secrets
 import time
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.web_protocol import RequestHandler
 from multidict import istr
 
 from proxy import keys, logs
+from proxy.answer_headers import new_request_id, stamp
 from proxy.draining import Drain
 from proxy.errors import error_body, error_response, failure_answer
 from proxy.metrics import Metrics
+from proxy.passthrough.express import INCOMPLETE, MAX_HEAD_BYTES, Admitted, ExpressLane, Lend
 from proxy.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# istr names: multidict need not fold their case on every response.
-_SECURITY_HEADERS = (
-    (hdrs.X_CONTENT_TYPE_OPTIONS, "nosniff"),
-    (hdrs.X_FRAME_OPTIONS, "DENY"),
-    (istr("Referrer-Policy"), "no-referrer"),
-)
-_REQUEST_ID = istr("X-Request-Id")
-_API_CSP = "default-src 'none'; frame-ancestors 'none'"
-# Request ids only need to be unique, not secret: a per-process random prefix
-# and a counter cost a fraction of a uuid4 (which reads the OS RNG).
-_ID_PREFIX = secrets.token_hex(4) + "-"
-_REQUEST_NUMBERS = itertools.count(1)
 _CORS_METHODS = "GET, POST, PUT, PATCH, DELETE"
 _CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
 # What a page may read beyond the CORS-safelisted headers, exactly:
@@ -47,10 +35,6 @@ _CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
 # in the cluster's audit log) and X-Request-Id (the gateway's id of it in its
 # own log): what a user needs to act on an answer, or to report it.
 _CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
-
-
-def new_request_id() -> str:
-    return f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
 
 
 def _route_label(request: web.Request, known: dict[object, str]) -> str:
@@ -153,15 +137,7 @@ def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request
         headers = response.headers
         # Set by the front middleware (not on a request refused while draining).
         context = request.get(keys.CONTEXT)
-        if context is not None:
-            headers[_REQUEST_ID] = context[0]
-        for name, value in _SECURITY_HEADERS:
-            headers.setdefault(name, value)
-        # aiohttp has already written "Python/3.x aiohttp/3.x" here: versions help only an attacker.
-        headers[hdrs.SERVER] = "tenant-gateway"
-        # Every answer is data, never a page: even a pod log opened by navigation
-        # runs nothing. The console's own pages bring theirs (proxy.routes.console).
-        headers.setdefault(hdrs.CONTENT_SECURITY_POLICY, _API_CSP)
+        stamp(headers, context[0] if context is not None else None)
         origin = request.headers.get(hdrs.ORIGIN)
         if origin and origin in cors_origins:
             headers["Access-Control-Allow-Origin"] = origin
@@ -175,17 +151,120 @@ def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request
 
 
 class _RequestHandler(RequestHandler):
-    """aiohttp's connection handler, but for what it answers itself: a
-    request it cannot parse (a header line over the limit, a control byte
-    in a header, a broken chunk size), answered before any route,
-    middleware or response hook runs. aiohttp's own answer is a text/plain
-    page quoting the offending bytes, with its version in Server and none
-    of the security headers, and it logs an ERROR with a traceback: client
-    input would fill the error log. Here the answer is the contract's error
-    with the headers every answer carries, logged as one INFO line naming
-    the kind of fault, never its bytes (a header line may hold a token). A
-    failure past the front middleware (a bug) is still logged with its
-    traceback."""
+    """aiohttp's connection handler, with two changes.
+
+    The express lane (proxy.passthrough.express) answers a connection's
+    requests while it admits them: their bytes never reach aiohttp's
+    parser. The first request it declines hands the connection to aiohttp
+    with every byte not yet answered, for the rest of its life. One
+    request at a time: what arrives meanwhile waits (reading pauses past
+    MAX_HEAD_BYTES), and aiohttp's idle timer does not close a connection
+    whose express answer is under way.
+
+    And what aiohttp answers itself: a request it cannot parse (a header
+    line over the limit, a control byte in a header, a broken chunk size),
+    answered before any route, middleware or response hook runs. aiohttp's
+    own answer is a text/plain page quoting the offending bytes, with its
+    version in Server and none of the security headers, and it logs an
+    ERROR with a traceback: client input would fill the error log. Here the
+    answer is the contract's error with the headers every answer carries,
+    logged as one INFO line naming the kind of fault, never its bytes (a
+    header line may hold a token). A failure past the front middleware (a
+    bug) is still logged with its traceback."""
+
+    def __init__(self, manager: web.Server, *, express: ExpressLane | None, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._express = express
+        """The lane while the connection is on it; None once handed to aiohttp for good."""
+        self._express_waiting = bytearray()
+        """What arrived and is not answered yet (nor handed to aiohttp)."""
+        self._express_answer: asyncio.Task[None] | None = None
+        self._express_lent = False
+        """aiohttp is answering a request the lane lent it (express.Lend)."""
+        self._express_lent_body = 0
+        """Bytes of the lent request's body still to come: aiohttp's as they arrive."""
+
+    def data_received(self, data: bytes) -> None:
+        if self._express is None:
+            super().data_received(data)
+            return
+        if self._express_lent_body:
+            part = data[:self._express_lent_body]
+            self._express_lent_body -= len(part)
+            super().data_received(part)
+            data = data[len(part):]
+            if not data:
+                return
+        waiting = self._express_waiting
+        waiting += data
+        if self._express_answer is None and not self._express_lent:
+            self._express_next()
+        elif len(waiting) > MAX_HEAD_BYTES and not self._buffer_paused:
+            self._pause_reading_for_buffer()  # a client far ahead of its answers waits
+
+    def _express_next(self) -> None:
+        """Take the next waiting request, if it has all arrived."""
+        express, waiting, transport = self._express, self._express_waiting, self.transport
+        assert express is not None
+        if not waiting or self._force_close or self._close or transport is None or transport.is_closing():
+            return
+        admitted = express.admit(waiting)
+        if admitted is INCOMPLETE:
+            return
+        if isinstance(admitted, Admitted):
+            del waiting[:admitted.size]
+            task = self._loop.create_task(express.answer(self, admitted))
+            self._express_answer = task
+            task.add_done_callback(self._express_answered)
+        elif isinstance(admitted, Lend):  # that request alone; the lane takes the next
+            self._express_lent = True
+            size = admitted.size + admitted.body
+            data = bytes(waiting[:size])
+            del waiting[:size]
+            self._express_lent_body = size - len(data)
+            super().data_received(data)
+        else:  # aiohttp's for good, from the first byte not answered
+            self._express = None
+            data = bytes(waiting)
+            waiting.clear()
+            super().data_received(data)
+        if self._buffer_paused and len(waiting) <= MAX_HEAD_BYTES:
+            self._resume_reading_for_buffer()
+
+    def _express_answered(self, task: asyncio.Task[None]) -> None:
+        self._express_answer = None
+        if not task.cancelled() and (error := task.exception()) is not None:  # a bug: no answer will come
+            log.error("express answer failed", exc_info=error)
+            self.force_close()
+            return
+        self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
+        if self._express is not None:
+            self._express_next()
+
+    async def _handle_request(self, request: web.BaseRequest, start_time: float | None,
+                              request_handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+                              ) -> tuple[web.StreamResponse, bool]:
+        try:
+            return await super()._handle_request(request, start_time, request_handler)
+        finally:
+            if self._express_lent:
+                # Once aiohttp is done with the answer (this runs first): the lane takes the next.
+                self._loop.call_soon(self._express_returned)
+
+    def _express_returned(self) -> None:
+        self._express_lent = False
+        if self._express is not None:
+            self._express_next()
+
+    def _process_keepalive(self) -> None:
+        if self._express_answer is not None:  # busy, though aiohttp's side is idle
+            self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
+        super()._process_keepalive()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._express_answer is not None:
+            self._express_answer.cancel()  # as aiohttp cancels its handler (handler_cancellation)
+        super().connection_lost(exc)
 
     def handle_error(self, request: web.BaseRequest, status: int = 500, exc: BaseException | None = None,
                      message: str | None = None) -> web.StreamResponse:
@@ -203,15 +282,16 @@ class _RequestHandler(RequestHandler):
                 "request_id": request_id, "status": status, "fault": type(exc).__name__ if exc else None})
             code, text = "bad_request", "the request is not well-formed HTTP/1.1"
         response = web.json_response(error_body(status, code, text, kubernetes=False), status=status)
-        response.headers.update({_REQUEST_ID: request_id, hdrs.SERVER: "tenant-gateway",
-                                 hdrs.CONTENT_SECURITY_POLICY: _API_CSP, **dict(_SECURITY_HEADERS)})
+        stamp(response.headers, request_id)
         response.force_close()
         return response
 
 
 class _Server(web.Server):
+    express: ExpressLane | None = None
+
     def __call__(self) -> RequestHandler:
-        return _RequestHandler(self, loop=self._loop, **self._kwargs)
+        return _RequestHandler(self, express=self.express, loop=self._loop, **self._kwargs)
 
 
 class GatewayRunner(web.AppRunner):
@@ -221,7 +301,9 @@ class GatewayRunner(web.AppRunner):
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
-        # The same object, one method more (_Server keeps no state of its
-        # own): the app built it with every argument it needs.
+        # The same object, one method more: the app built it with every
+        # argument it needs. The express lane is the app's (proxy.app).
         server.__class__ = _Server
+        assert isinstance(server, _Server)
+        server.express = self.app.get(keys.EXPRESS)
         return server

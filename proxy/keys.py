@@ -12,6 +12,7 @@ from proxy.auth.authenticating import Authenticator, Principal
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.draining import Drain
 from proxy.metrics import Metrics
+from proxy.passthrough.express import ExpressLane
 from proxy.passthrough.upstream import Upstream
 from proxy.settings import Settings
 
@@ -27,6 +28,8 @@ AUDIT = web.AppKey("audit", AuditWriter)
 """Audit rows written in the background (the proxy's ProxyWrite and ProxyExec)."""
 UPSTREAM = web.AppKey("upstream", Upstream)
 """The pass-through's own client to the API server: it carries tenant tokens only."""
+EXPRESS = web.AppKey("express", ExpressLane)
+"""The express lane (proxy.passthrough.express), which proxy.front's connections use."""
 DRAIN = web.AppKey("drain", Drain)
 """The graceful stop's state and deadline (proxy.draining)."""
 METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")

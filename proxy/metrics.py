@@ -42,6 +42,9 @@ class Metrics:
             registry=r)
         self.proxy_reads = Counter("tenant_gateway_proxy_reads", "Proxied read requests (not audited row by row)",
                                    registry=r)
+        self.express_answers = Counter("tenant_gateway_proxy_express_answers",
+                                       "Proxied GETs answered by the express lane (proxy.passthrough.express)",
+                                       registry=r)
 
         # Counted as plain numbers on the hot path and added to their
         # metrics when scraped: a prometheus_client increment is four calls
@@ -53,6 +56,7 @@ class Metrics:
         """Route -> observations per bucket (not cumulative), then their sum."""
         self._token_cache_hits = 0
         self._proxy_reads = 0
+        self._express_answers = 0
 
     def token_cache_hit(self) -> None:
         """tenant_gateway_token_cache_hits, +1."""
@@ -61,6 +65,10 @@ class Metrics:
     def proxy_read(self) -> None:
         """tenant_gateway_proxy_reads, +1."""
         self._proxy_reads += 1
+
+    def express_answer(self) -> None:
+        """tenant_gateway_proxy_express_answers, +1."""
+        self._express_answers += 1
 
     def observe_request(self, route: str, status: int, seconds: float | None) -> None:
         """Count one answered request, and the time to its headers if known."""
@@ -95,6 +103,9 @@ class Metrics:
         if self._proxy_reads:
             self.proxy_reads.inc(self._proxy_reads)
             self._proxy_reads = 0
+        if self._express_answers:
+            self.express_answers.inc(self._express_answers)
+            self._express_answers = 0
 
     def exposition(self) -> bytes:
         self._flush()

@@ -147,21 +147,30 @@ class Authenticator:
             self._id_tokens.put(token, known, identity.expires_at.timestamp())
         return Principal(await self._live_user(known[1]), known[1], False, known[0])
 
+    def cached_principal(self, token: str) -> Principal | None:
+        """`authenticate`'s warm path for a bearer token, without a
+        coroutine: a session token verified before, or an ID token admitted
+        before, whose session's user is cached. None: `authenticate` decides."""
+        claims = self._verified.get(token)
+        if claims is None:
+            known = self._id_tokens.get(token) if self._oidc is not None else None
+            if known is not None and (user := self._cached_user(known[1])) is not None:
+                return Principal(user, known[1], False, known[0])
+            return None
+        user = self._cached_user(claims.session_id)
+        return Principal(user, claims.session_id, False, claims.expires_at) if user is not None else None
+
     async def authenticate(self, request: web.Request) -> Principal:
         presented = presented_token(request)
         if presented is None:
             raise Unauthenticated("log in, then send the session cookie or 'Authorization: Bearer <token>'")
         token, via_cookie = presented
+        if not via_cookie and (principal := self.cached_principal(token)) is not None:
+            return principal  # the warm path of every bearer request
         claims = self._verified.get(token)  # a session token verified before and not expired
         if claims is None:
-            if not via_cookie and self._oidc is not None:
-                # An ID token verified before: its session's user, cached, as
-                # for a session token below (the warm path of automation).
-                known = self._id_tokens.get(token)
-                if known is not None and (user := self._cached_user(known[1])) is not None:
-                    return Principal(user, known[1], False, known[0])
-                if known is not None or self._oidc.issues(token):
-                    return await self._id_token_principal(token)
+            if not via_cookie and self._oidc is not None and (self._id_tokens.get(token) is not None or self._oidc.issues(token)):
+                return await self._id_token_principal(token)
             claims = sessions.verify(self._secret, token)
             self._verified.put(token, claims, claims.expires_at.timestamp())
         user = self._cached_user(claims.session_id) or await self._live_user(claims.session_id)

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from provisioning import access
-from provisioning.errors import BadRequest, EventsUnavailable, Forbidden
+from provisioning.errors import BadRequest, EventsUnavailable, Forbidden, GatewayError
 from provisioning.events import EventListener
 from proxy.auth.authenticating import Authenticator
 from proxy.errors import KUBERNETES_PREFIX
@@ -54,6 +54,13 @@ def _raw_tail(request: web.Request, workspace_segment: str) -> tuple[str, str]:
     return raw_path[len(PREFIX) + len(workspace_segment):], raw_query
 
 
+def _read_needs_no_address() -> str | None:
+    """A Ticket's client address for a read, which is counted, never audited
+    (proxy.passthrough.relay): the express lane has no aiohttp request to
+    read an address from."""
+    return None
+
+
 class Gate:
     """The route's handler. Its parts are handed over by the app once they
     exist (`open`), and held here rather than looked up through the request
@@ -66,9 +73,13 @@ class Gate:
         self.relay: Relay
         self.events: EventListener
 
+    is_open = False
+    """Whether `open` has handed the parts over (the app is serving)."""
+
     def open(self, authenticator: Authenticator, directory: WorkspaceDirectory, relay: Relay,
              events: EventListener) -> None:
         self.authenticator, self.directory, self.relay, self.events = authenticator, directory, relay, events
+        self.is_open = True
 
     def add_routes(self, router: web.UrlDispatcher, **options: Any) -> None:
         router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", self.handle, **options)
@@ -106,6 +117,35 @@ class Gate:
         if websocket:
             return await relay_websocket(request, ticket, relay)
         return await relay_http(request, ticket, relay)
+
+    def express_ticket(self, target: str, token: str) -> Ticket | None:
+        """The Ticket of `GET target` with a bearer `token` when every part
+        of `handle`'s decision is cached and says yes, and the request is an
+        ordinary forward (no stream, no answer of the gateway's own); None
+        otherwise, and `handle` decides (and answers any refusal). The same
+        checks in the same order, without a coroutine: for the express lane
+        (proxy.passthrough.express), which declines what this declines."""
+        if not target.startswith(PREFIX):
+            return None
+        principal = self.authenticator.cached_principal(token)
+        if principal is None:
+            return None
+        cuts_seen = self.relay.streams.cuts
+        raw_path, _, raw_query = target.partition("?")
+        workspace_segment, slash, _ = raw_path[len(PREFIX):].partition("/")
+        try:
+            cached = self.directory.cached(uuid_from(workspace_segment, "workspace")) if slash else None
+            workspace = access.usable(principal.user, cached) if cached is not None else None
+        except GatewayError:
+            return None
+        if workspace is None:
+            return None
+        decision = classify("GET", raw_path[len(PREFIX) + len(workspace_segment):], raw_query, workspace.namespace)
+        if decision.action != "forward" or decision.long_running:
+            return None
+        return Ticket(principal, workspace, decision, "GET",
+                      TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
+                      _read_needs_no_address, cuts_seen)
 
     def _check_upgrade_origin(self, request: web.Request, via_cookie: bool) -> None:
         """Browsers do not apply CORS to WebSocket handshakes: a cookie-borne

@@ -74,6 +74,13 @@ def _without(headers: MultiMapping[str], dropped: frozenset[str], prefixes: tupl
                         if (lowered := name.lower()) not in dropped and not lowered.startswith(prefixes)])
 
 
+def forwards_request_header(lowered_name: str) -> bool:
+    """Whether a client header of this (lower-case) name may reach the API
+    server, unless a Connection header nominates it: the rule
+    `upstream_request_headers` applies, for relays that keep headers as bytes."""
+    return lowered_name not in _REQUEST_DROPPED and not lowered_name.startswith(_REQUEST_DROPPED_PREFIXES)
+
+
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
     """The client's headers made safe for the API server, carrying the
     tenant's token and nothing else that could claim an identity. A WebSocket

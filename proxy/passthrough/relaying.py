@@ -48,8 +48,7 @@ def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, 
     Returned to be awaited in a `try` that hands failures to `send_failed`."""
     decision = ticket.decision
     if target is None:
-        query = decision.upstream_query
-        target = f"{decision.upstream_path}?{query}" if query else decision.upstream_path
+        target = decision.target
     outgoing = upstream_request_headers(request.headers, token)
     if headers:
         outgoing.update(headers)

@@ -72,6 +72,11 @@ class Decision:
     is_exec: bool = False
     reason: str = ""
 
+    @property
+    def target(self) -> str:
+        """The path and query sent upstream: what was judged, byte for byte."""
+        return f"{self.upstream_path}?{self.upstream_query}" if self.upstream_query else self.upstream_path
+
 
 @dataclass(frozen=True)
 class _Path:

@@ -1,0 +1,317 @@
+"""The express lane: an ordinary proxied GET, answered beneath aiohttp's server.
+
+Why: aiohttp's server costs more per request than the whole of Go's reverse
+proxy on the same machine (a Request, a StreamWriter, a task, the router,
+the middleware and the response objects for every GET; bench/README.md,
+"The express lane"). The commonest request of all, kubectl's or a client
+library's GET with a bearer token, needs none of it once the gate's
+decision is cached.
+
+Which requests take it: on a connection that has sent nothing else, a
+complete request head `GET /k8s/... HTTP/1.1` whose header section is plain
+(each line a token name, a colon and a value of visible characters, spaces
+and tabs), with exactly one `Authorization: Bearer`, and none of the
+headers that ask for more than a forward (Connection, Upgrade, Expect,
+Content-Length, Transfer-Encoding, Cookie, Origin); and for which the gate
+says yes from cached state alone (`Gate.express_ticket`: the same checks,
+in the same order) and the tenant's token is cached. Anything else goes to
+aiohttp and the gate's full path, with the connection's bytes exactly as
+they came, for the rest of the connection's life. The express lane never
+refuses a request: it only declines one.
+
+What a request gets here is what the full path gives it: the same header
+hygiene (proxy.passthrough.headers; header lines otherwise go up byte for
+byte), the same upstream and tenant-token rules (a 401 drops the token and
+the GET is sent once more with a fresh one), failures mapped in the same
+place (proxy.passthrough.upstream.send_failed) and rendered in the same
+shape (proxy.errors), the same response headers (proxy.front.stamp), the
+same metrics, and the same drain (counted in flight; a request cut at the
+end of the drain before its answer began answers 503 `shutting_down`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Protocol
+
+from multidict import CIMultiDict
+
+from provisioning.errors import GatewayError, ShuttingDown
+from proxy import logs
+from proxy.answer_headers import new_request_id, stamp
+from proxy.draining import Drain
+from proxy.errors import error_body, note_failure
+from proxy.metrics import Metrics
+from proxy.passthrough.headers import downstream_response_headers, forwards_request_header
+from proxy.passthrough.http1 import Answer, UpstreamProtocolError
+from proxy.passthrough.upstream import SEND_FAILURES, send_failed
+
+if TYPE_CHECKING:
+    from proxy.passthrough.gate import Gate
+    from proxy.passthrough.ticket import Ticket
+
+# The request line and header section, each field on one line (no obs-fold),
+# names tokens (RFC 9110), values without control characters but HTAB.
+_HEAD = re.compile(rb"([A-Z]{1,16}) ([!-~]+) HTTP/1\.1\r\n((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n)*)\r\n")
+_LENGTH = re.compile(rb"[0-9]{1,15}")
+# Framing the lane cannot follow to the request's end: aiohttp's for good.
+_NOT_LENDABLE = frozenset({b"upgrade", b"transfer-encoding"})
+# Headers that ask for more than a forward: lent to the full path. (A
+# Cookie beside a bearer token is not one: the token authenticates, and
+# neither goes upstream.)
+_NOT_EXPRESS = frozenset({b"connection", b"expect", b"origin", b"proxy-connection"})
+MAX_HEAD_BYTES = 16 * 1024
+"""A head not complete within this many bytes goes to aiohttp, whose limits
+answer it; within it, no line of a head the lane reads exceeds aiohttp's
+limits either (proxy.app.handler_args)."""
+ROUTE_LABEL = "/k8s/{workspace_id}/{tail}"
+"""The metrics label of the gate's route, as aiohttp names it."""
+_PREFIX = "/k8s/"
+
+
+class _Incomplete:
+    """The request's head has not all arrived yet."""
+
+
+INCOMPLETE = _Incomplete()
+
+
+class Connection(Protocol):
+    """What the express lane needs of the client's connection (proxy.front)."""
+
+    transport: asyncio.Transport | None
+
+    @property
+    def writing_paused(self) -> bool: ...
+
+    async def _drain_helper(self) -> None: ...
+
+
+class Lend:
+    """A request the full path answers (not a GET to /k8s/, a cold cache, no
+    bearer token, a refusal to render, a body), after which the connection
+    comes back to the lane. Its framing is known: a head of `size` bytes and
+    `body` bytes after it (Content-Length)."""
+
+    __slots__ = ("size", "body")
+
+    def __init__(self, size: int, body: int) -> None:
+        self.size, self.body = size, body
+
+
+class Admitted:
+    """A request the lane will answer: its ticket, the header lines to send
+    on (less Authorization), the tenant token, and how many bytes it took."""
+
+    __slots__ = ("ticket", "fields", "token", "size")
+
+    def __init__(self, ticket: Ticket, fields: bytes, token: str, size: int) -> None:
+        self.ticket, self.fields, self.token, self.size = ticket, fields, token, size
+
+
+Head = tuple[str, str, list[tuple[bytes, bytes]], int]
+"""Method, target, header fields (name, value trimmed), the head's length in bytes."""
+
+
+def read_head(buffer: bytes | bytearray) -> Head | _Incomplete | None:
+    """The head of the request at the start of `buffer`; INCOMPLETE if it
+    has not all arrived; None if it is not plain HTTP/1.1 (aiohttp's strict
+    parser is left to read it, and to refuse it). Pure."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return INCOMPLETE if len(buffer) <= MAX_HEAD_BYTES else None
+    match = _HEAD.match(buffer, 0, end + 4)
+    if match is None or match.end() != end + 4:
+        return None
+    fields = []
+    for line in match.group(3).split(b"\r\n")[:-1]:
+        name, _, value = line.partition(b":")
+        fields.append((name, value.strip(b" \t")))
+    return match.group(1).decode("ascii"), match.group(2).decode("ascii"), fields, end + 4
+
+
+class ExpressLane:
+    """Built once per app (proxy.app); serves the connections of
+    proxy.front's connection handler while they stay on the lane."""
+
+    def __init__(self, gate: Gate, drain: Drain, metrics: Metrics) -> None:
+        self._gate = gate
+        self._drain = drain
+        self._metrics = metrics
+
+    def admit(self, buffer: bytes | bytearray) -> Admitted | Lend | _Incomplete | None:
+        """What to do with the request at the start of `buffer`: answer it
+        here (Admitted); lend it to the full path (Lend); wait for the rest
+        of its head (INCOMPLETE); or None: hand the connection to the full
+        path for good, from this request on (a head that is not plain
+        HTTP/1.1, a chunked body, an upgrade: framing the lane does not follow)."""
+        head = read_head(buffer)
+        if head is None or isinstance(head, _Incomplete):
+            return head
+        method, target, fields, size = head
+        token = None
+        authorizations = lengths = body = 0
+        express = method == "GET" and target.startswith(_PREFIX)
+        lines = []
+        for name, value in fields:
+            lowered = name.lower()
+            if lowered == b"authorization":
+                authorizations += 1
+                scheme, _, credential = value.partition(b" ")
+                if scheme.lower() == b"bearer" and credential.isascii():
+                    token = credential.strip(b" \t").decode("ascii")
+            elif lowered == b"content-length":
+                if not _LENGTH.fullmatch(value):
+                    return None
+                lengths += 1
+                body = int(value)
+            elif lowered in _NOT_LENDABLE:
+                return None
+            elif lowered in _NOT_EXPRESS:
+                express = False
+            elif express and forwards_request_header(lowered.decode("ascii")):
+                lines.append(b"%s: %s\r\n" % (name, value))
+        if lengths > 1:
+            return None
+        if (not express or body or not token or authorizations != 1 or self._drain.started_at is not None
+                or not self._gate.is_open):
+            return Lend(size, body)
+        ticket = self._gate.express_ticket(target, token)
+        tenant_token = self._gate.relay.cached_token(ticket) if ticket is not None else None
+        if ticket is None or tenant_token is None:
+            return Lend(size, 0)
+        return Admitted(ticket, b"".join(lines), tenant_token, size)
+
+    async def answer(self, connection: Connection, admitted: Admitted) -> None:
+        """Relay one admitted GET and write its answer to `connection`."""
+        task = asyncio.current_task()
+        assert task is not None
+        drain = self._drain
+        drain.tasks.add(task)
+        started = time.perf_counter()
+        request_id = new_request_id()
+        logs.request_id.set(request_id)  # this task's own context
+        began = False
+        try:
+            try:
+                answer = await self._send(admitted)
+            except GatewayError as error:
+                self._write_error(connection, error, request_id, started)
+                return
+            try:
+                began = await self._relay(connection, admitted.ticket, answer, request_id, started)
+            finally:
+                answer.close()
+        except asyncio.CancelledError:
+            # Cut at the end of the drain before the answer began: the 503 it owes.
+            if began or connection.transport is None or not drain.overdue(task):
+                raise
+            task.uncancel()
+            self._write_error(connection, ShuttingDown(), request_id, started)
+        finally:
+            drain.tasks.discard(task)
+            if drain.watched:
+                drain.settle(task)
+
+    async def _send(self, admitted: Admitted) -> Answer:
+        """The GET as the tenant; on a 401 once more with a fresh token (as
+        proxy.passthrough.relaying does)."""
+        relay = self._gate.relay
+        ticket, token = admitted.ticket, admitted.token
+        target = ticket.decision.target
+        try:
+            try:
+                answer = await relay.pool.get(target, _with_token(admitted.fields, token), timeout=relay.timeout)
+                if answer.status == 401:
+                    answer.release()
+                    relay.drop_token(ticket, token)
+                    token = await relay.token(ticket)
+                    answer = await relay.pool.get(target, _with_token(admitted.fields, token),
+                                                  timeout=relay.timeout)
+                    if answer.status == 401:
+                        relay.drop_token(ticket, token)
+            except SEND_FAILURES as error:
+                send_failed(error)
+        except BaseException:
+            relay.record(ticket, 0)  # counted, answered or not
+            raise
+        relay.record(ticket, answer.status)
+        return answer
+
+    async def _relay(self, connection: Connection, ticket: Ticket, answer: Answer, request_id: str,
+                     started: float) -> bool:
+        """Write the answer's head with its first piece of body (one write,
+        one TLS record, as ShortResponse does), then the rest as it comes.
+        True once anything was written."""
+        headers = downstream_response_headers(answer.headers)
+        stamp(headers, request_id)
+        chunked = "Content-Length" not in headers and answer.status not in (204, 304)
+        if chunked:
+            headers["Transfer-Encoding"] = "chunked"
+        head: bytes | None = _response_head(answer.status, answer.reason, headers)
+        self._metrics.observe_request(ROUTE_LABEL, answer.status, time.perf_counter() - started)
+        self._metrics.express_answer()
+        transport = connection.transport
+        try:
+            while chunk := await answer.read_chunk():
+                if chunked:
+                    chunk = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                if transport is None or transport.is_closing():
+                    return head is None
+                if head is not None:
+                    chunk, head = head + chunk, None
+                transport.write(chunk)
+                if connection.writing_paused:
+                    await connection._drain_helper()
+        except (OSError, TimeoutError, UpstreamProtocolError):
+            # Broken off mid-answer: so is ours (a clean end would pass a
+            # truncated answer as whole); before it began, the client is
+            # left no answer rather than a wrong one, as on the full path.
+            if transport is not None:
+                transport.close()
+            return True
+        if transport is not None and not transport.is_closing():
+            transport.write((head or b"") + (b"0\r\n\r\n" if chunked else b""))
+        return True
+
+    def _write_error(self, connection: Connection, error: GatewayError, request_id: str, started: float) -> None:
+        """The contract's error as the full path renders it on /k8s/ (proxy.errors)."""
+        note_failure(error)
+        transport = connection.transport
+        body = json.dumps(error_body(error.status, error.code, error.message, kubernetes=True,
+                                     retry_after=error.retry_after)).encode()
+        headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json; charset=utf-8",
+                                                 "Content-Length": str(len(body))})
+        if error.retry_after is not None:
+            headers["Retry-After"] = str(error.retry_after)
+        if error.closes_connection:
+            headers["Connection"] = "close"
+        stamp(headers, request_id)
+        self._metrics.observe_request(ROUTE_LABEL, error.status, time.perf_counter() - started)
+        if transport is not None and not transport.is_closing():
+            transport.write(_response_head(error.status, _phrase(error.status), headers) + body)
+            if error.closes_connection:
+                transport.close()
+
+
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _with_token(fields: bytes, token: str) -> bytes:
+    return b"%sAuthorization: Bearer %s\r\n" % (fields, token.encode("ascii"))
+
+
+def _response_head(status: int, reason: str, headers: CIMultiDict[str]) -> bytes:
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines.extend(f"{name}: {value}" for name, value in headers.items())
+    lines.append("\r\n")
+    return "\r\n".join(lines).encode("utf-8", "surrogateescape")
+
