@@ -100,8 +100,17 @@ class ShuttingDown(ServiceUnavailable):
     replica that is not stopping."""
 
     code, message = "shutting_down", "this gateway replica is shutting down; retry"
-    retry_after = 1
+    retry_after: int | None = 1
     closes_connection = True
+
+
+class StoppedMidRequest(ShuttingDown):
+    """A request still running when the drain time was up, cancelled before
+    its answer began (proxy.draining): whether it took effect is unknown,
+    so no retry is suggested."""
+
+    message = "this gateway replica stopped before the request finished; it may or may not have taken effect"
+    retry_after = None
 
 
 class DatabaseRefused(DatabaseUnavailable):

@@ -30,6 +30,20 @@ def new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_REQUEST_NUMBERS):x}"
 
 
+_DEFAULT_LINES = tuple((name.lower().encode(), f"{name}: {value}".encode())
+                      for name, value in (*SECURITY_HEADERS, (hdrs.CONTENT_SECURITY_POLICY, API_CSP)))
+SET_BY_STAMP = frozenset({b"x-request-id", b"server"})
+"""The names `stamp` sets whatever the answer had: left out of lines given to `stamp_lines`."""
+
+
+def stamp_lines(present: set[bytes], request_id: str) -> list[bytes]:
+    """`stamp` for an answer whose header lines are bytes: the lines to
+    add, given the lower-case names it has (without SET_BY_STAMP's)."""
+    lines = [b"X-Request-Id: " + request_id.encode(), b"Server: tenant-gateway"]
+    lines.extend(line for name, line in _DEFAULT_LINES if name not in present)
+    return lines
+
+
 def stamp(headers: CIMultiDict[str], request_id: str | None) -> None:
     """Add what every answer carries; a security header or policy the
     answer already has (a console page's own) stays."""

@@ -23,8 +23,8 @@ from typing import Callable
 
 from aiohttp import web
 
-from provisioning.errors import ShuttingDown
-from proxy.errors import error_response, render
+from provisioning.errors import ShuttingDown, StoppedMidRequest
+from proxy.errors import render
 
 # Requests cancelled at the end of the drain get this long to send their 503.
 _OVERDUE_SECONDS = 0.5
@@ -117,6 +117,4 @@ class Drain:
         if not self.overdue(task) or request.writer.output_size:
             return None
         task.uncancel()
-        return error_response(request, 503, "shutting_down", "this gateway replica stopped before the "
-                              "request finished; it may or may not have taken effect",
-                              headers={"Connection": "close"})
+        return render(request, StoppedMidRequest())

@@ -153,11 +153,14 @@ def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request
 class _RequestHandler(RequestHandler):
     """aiohttp's connection handler, with two changes.
 
-    The express lane (proxy.passthrough.express) answers a connection's
-    requests while it admits them: their bytes never reach aiohttp's
-    parser. The first request it declines hands the connection to aiohttp
-    with every byte not yet answered, for the rest of its life. One
-    request at a time: what arrives meanwhile waits (reading pauses past
+    The express lane (proxy.passthrough.express) reads each request's head
+    first. What it admits it answers; those bytes never reach aiohttp's
+    parser. What it lends (express.Lend) goes to aiohttp, that request's
+    bytes alone, its body as it arrives; the lane takes the connection back
+    once aiohttp has answered and keeps the connection open. What it cannot
+    read as aiohttp would (None) goes to aiohttp with every byte not yet
+    answered, for the rest of the connection's life. One request at a
+    time: what arrives meanwhile waits (reading pauses past
     MAX_HEAD_BYTES), and aiohttp's idle timer does not close a connection
     whose express answer is under way.
 
@@ -213,7 +216,7 @@ class _RequestHandler(RequestHandler):
             return
         if isinstance(admitted, Admitted):
             del waiting[:admitted.size]
-            task = self._loop.create_task(express.answer(self, admitted))
+            task = express.start(self, admitted)
             self._express_answer = task
             task.add_done_callback(self._express_answered)
         elif isinstance(admitted, Lend):  # that request alone; the lane takes the next
@@ -244,12 +247,15 @@ class _RequestHandler(RequestHandler):
     async def _handle_request(self, request: web.BaseRequest, start_time: float | None,
                               request_handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
                               ) -> tuple[web.StreamResponse, bool]:
-        try:
-            return await super()._handle_request(request, start_time, request_handler)
-        finally:
-            if self._express_lent:
+        answered = await super()._handle_request(request, start_time, request_handler)
+        if self._express_lent:
+            response, reset = answered
+            if reset or not response.keep_alive or self._close or self._force_close:
+                self._express = None  # aiohttp closes the connection: nothing more is taken
+            else:
                 # Once aiohttp is done with the answer (this runs first): the lane takes the next.
                 self._loop.call_soon(self._express_returned)
+        return answered
 
     def _express_returned(self) -> None:
         self._express_lent = False

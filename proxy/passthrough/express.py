@@ -7,17 +7,19 @@ the middleware and the response objects for every GET; bench/README.md,
 library's GET with a bearer token, needs none of it once the gate's
 decision is cached.
 
-Which requests take it: on a connection that has sent nothing else, a
-complete request head `GET /k8s/... HTTP/1.1` whose header section is plain
-(each line a token name, a colon and a value of visible characters, spaces
-and tabs), with exactly one `Authorization: Bearer`, and none of the
-headers that ask for more than a forward (Connection, Upgrade, Expect,
-Content-Length, Transfer-Encoding, Cookie, Origin); and for which the gate
-says yes from cached state alone (`Gate.express_ticket`: the same checks,
-in the same order) and the tenant's token is cached. Anything else goes to
-aiohttp and the gate's full path, with the connection's bytes exactly as
-they came, for the rest of the connection's life. The express lane never
-refuses a request: it only declines one.
+Which requests take it: a complete request head `GET /k8s/... HTTP/1.1`
+whose header section is plain (each line a token name, a colon and a value
+of visible characters, spaces and tabs; no more than aiohttp's parser
+reads, none of its singletons twice, a Host), with exactly one
+`Authorization: Bearer`, no body, and none of the headers that ask for
+more than a forward (Connection, Expect, Origin); for which the gate says
+yes from cached state alone (`Gate.express_ticket`: the same checks, in the
+same order) and the tenant's token is cached. The express lane never
+refuses a request: it lends it to aiohttp and the gate's full path (`Lend`:
+its head and its Content-Length body, exactly as they came), and takes the
+connection back once aiohttp has answered and keeps the connection open.
+A head it cannot read as aiohttp would, a chunked body, an upgrade or a
+CONNECT leave the connection to aiohttp for good (`admit` returns None).
 
 What a request gets here is what the full path gives it: the same header
 hygiene (proxy.passthrough.headers; header lines otherwise go up byte for
@@ -32,23 +34,23 @@ end of the drain before its answer began answers 503 `shutting_down`).
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import http
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Awaitable, Protocol
 
 from multidict import CIMultiDict
 
-from provisioning.errors import GatewayError, ShuttingDown
+from provisioning.errors import GatewayError, StoppedMidRequest
 from proxy import logs
-from proxy.answer_headers import new_request_id, stamp
+from proxy.answer_headers import SET_BY_STAMP, new_request_id, stamp, stamp_lines
 from proxy.draining import Drain
-from proxy.errors import error_body, note_failure
+from proxy.errors import KUBERNETES_PREFIX, error_body, note_failure
 from proxy.metrics import Metrics
-from proxy.passthrough.headers import downstream_response_headers, forwards_request_header
+from proxy.passthrough.headers import downstream_response_lines, forwards_request_header
 from proxy.passthrough.http1 import Answer, UpstreamProtocolError
-from proxy.passthrough.upstream import SEND_FAILURES, send_failed
 
 if TYPE_CHECKING:
     from proxy.passthrough.gate import Gate
@@ -58,19 +60,26 @@ if TYPE_CHECKING:
 # names tokens (RFC 9110), values without control characters but HTAB.
 _HEAD = re.compile(rb"([A-Z]{1,16}) ([!-~]+) HTTP/1\.1\r\n((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n)*)\r\n")
 _LENGTH = re.compile(rb"[0-9]{1,15}")
-# Framing the lane cannot follow to the request's end: aiohttp's for good.
-_NOT_LENDABLE = frozenset({b"upgrade", b"transfer-encoding"})
+# Methods whose requests end where their Content-Length says (CONNECT's body
+# is another protocol's, to aiohttp's parser).
+_LENDABLE_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+# Framing the lane does not follow to the request's end (a chunked body, a
+# protocol switch, hixie-76's eight-byte WebSocket key): aiohttp's for good.
+_NOT_LENDABLE = frozenset({b"upgrade", b"transfer-encoding", b"sec-websocket-key1"})
+# Headers aiohttp's parser refuses to see twice (RFC 9110 singletons), and
+# how many fields it reads at most: a head it would refuse is left to it.
+_SINGLETONS = frozenset({b"content-length", b"content-location", b"content-range", b"content-type", b"etag",
+                         b"host", b"max-forwards", b"server", b"transfer-encoding", b"user-agent"})
+_MAX_FIELDS = 128
 # Headers that ask for more than a forward: lent to the full path. (A
 # Cookie beside a bearer token is not one: the token authenticates, and
 # neither goes upstream.)
 _NOT_EXPRESS = frozenset({b"connection", b"expect", b"origin", b"proxy-connection"})
 MAX_HEAD_BYTES = 16 * 1024
-"""A head not complete within this many bytes goes to aiohttp, whose limits
-answer it; within it, no line of a head the lane reads exceeds aiohttp's
-limits either (proxy.app.handler_args)."""
-ROUTE_LABEL = "/k8s/{workspace_id}/{tail}"
+"""A head longer than this goes to aiohttp, whose limits answer it; so no
+line of a head the lane reads exceeds aiohttp's (proxy.app.handler_args)."""
+ROUTE_LABEL = KUBERNETES_PREFIX + "{workspace_id}/{tail}"
 """The metrics label of the gate's route, as aiohttp names it."""
-_PREFIX = "/k8s/"
 
 
 class _Incomplete:
@@ -107,10 +116,12 @@ class Admitted:
     """A request the lane will answer: its ticket, the header lines to send
     on (less Authorization), the tenant token, and how many bytes it took."""
 
-    __slots__ = ("ticket", "fields", "token", "size")
+    __slots__ = ("ticket", "fields", "token", "size", "began")
 
     def __init__(self, ticket: Ticket, fields: bytes, token: str, size: int) -> None:
         self.ticket, self.fields, self.token, self.size = ticket, fields, token, size
+        self.began = False
+        """Some of the answer has been written: from then on, only a cut can end it early."""
 
 
 Head = tuple[str, str, list[tuple[bytes, bytes]], int]
@@ -124,6 +135,8 @@ def read_head(buffer: bytes | bytearray) -> Head | _Incomplete | None:
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
         return INCOMPLETE if len(buffer) <= MAX_HEAD_BYTES else None
+    if end + 4 > MAX_HEAD_BYTES:
+        return None
     match = _HEAD.match(buffer, 0, end + 4)
     if match is None or match.end() != end + 4:
         return None
@@ -153,12 +166,19 @@ class ExpressLane:
         if head is None or isinstance(head, _Incomplete):
             return head
         method, target, fields, size = head
+        if method not in _LENDABLE_METHODS or len(fields) > _MAX_FIELDS:
+            return None
         token = None
-        authorizations = lengths = body = 0
-        express = method == "GET" and target.startswith(_PREFIX)
+        authorizations = body = 0
+        singletons: set[bytes] = set()
+        express = method == "GET" and target.startswith(KUBERNETES_PREFIX)
         lines = []
         for name, value in fields:
             lowered = name.lower()
+            if lowered in _SINGLETONS:
+                if lowered in singletons:
+                    return None
+                singletons.add(lowered)
             if lowered == b"authorization":
                 authorizations += 1
                 scheme, _, credential = value.partition(b" ")
@@ -167,16 +187,15 @@ class ExpressLane:
             elif lowered == b"content-length":
                 if not _LENGTH.fullmatch(value):
                     return None
-                lengths += 1
                 body = int(value)
             elif lowered in _NOT_LENDABLE:
                 return None
             elif lowered in _NOT_EXPRESS:
                 express = False
-            elif express and forwards_request_header(lowered.decode("ascii")):
+            elif express and forwards_request_header(lowered):
                 lines.append(b"%s: %s\r\n" % (name, value))
-        if lengths > 1:
-            return None
+        if b"host" not in singletons:
+            return None  # HTTP/1.1 without Host: aiohttp's 400
         if (not express or body or not token or authorizations != 1 or self._drain.started_at is not None
                 or not self._gate.is_open):
             return Lend(size, body)
@@ -186,16 +205,20 @@ class ExpressLane:
             return Lend(size, 0)
         return Admitted(ticket, b"".join(lines), tenant_token, size)
 
-    async def answer(self, connection: Connection, admitted: Admitted) -> None:
+    def start(self, connection: Connection, admitted: Admitted) -> asyncio.Task[None]:
+        """Answer an admitted GET in a task of its own, in flight for the drain from now."""
+        task = asyncio.get_running_loop().create_task(self._answer(connection, admitted))
+        self._drain.tasks.add(task)
+        return task
+
+    async def _answer(self, connection: Connection, admitted: Admitted) -> None:
         """Relay one admitted GET and write its answer to `connection`."""
         task = asyncio.current_task()
         assert task is not None
         drain = self._drain
-        drain.tasks.add(task)
         started = time.perf_counter()
         request_id = new_request_id()
         logs.request_id.set(request_id)  # this task's own context
-        began = False
         try:
             try:
                 answer = await self._send(admitted)
@@ -203,57 +226,60 @@ class ExpressLane:
                 self._write_error(connection, error, request_id, started)
                 return
             try:
-                began = await self._relay(connection, admitted.ticket, answer, request_id, started)
+                await self._relay(connection, admitted, answer, request_id, started)
             finally:
                 answer.close()
         except asyncio.CancelledError:
-            # Cut at the end of the drain before the answer began: the 503 it owes.
-            if began or connection.transport is None or not drain.overdue(task):
+            transport = connection.transport
+            if admitted.began:  # only a cut can end it now (a clean end would pass a part as whole)
+                if transport is not None:
+                    transport.close()
+                raise
+            # Cut at the end of the drain before the answer began: the 503 it
+            # owes (as proxy.draining.Drain.cancelled answers on the full path).
+            if transport is None or not drain.overdue(task):
                 raise
             task.uncancel()
-            self._write_error(connection, ShuttingDown(), request_id, started)
+            self._write_error(connection, StoppedMidRequest(), request_id, started)
         finally:
             drain.tasks.discard(task)
             if drain.watched:
                 drain.settle(task)
 
     async def _send(self, admitted: Admitted) -> Answer:
-        """The GET as the tenant; on a 401 once more with a fresh token (as
-        proxy.passthrough.relaying does)."""
+        """The GET as the tenant (Relay.exchange: a refused token replaced,
+        failures mapped, the read counted)."""
         relay = self._gate.relay
-        ticket, token = admitted.ticket, admitted.token
-        target = ticket.decision.target
-        try:
-            try:
-                answer = await relay.pool.get(target, _with_token(admitted.fields, token), timeout=relay.timeout)
-                if answer.status == 401:
-                    answer.release()
-                    relay.drop_token(ticket, token)
-                    token = await relay.token(ticket)
-                    answer = await relay.pool.get(target, _with_token(admitted.fields, token),
-                                                  timeout=relay.timeout)
-                    if answer.status == 401:
-                        relay.drop_token(ticket, token)
-            except SEND_FAILURES as error:
-                send_failed(error)
-        except BaseException:
-            relay.record(ticket, 0)  # counted, answered or not
-            raise
-        relay.record(ticket, answer.status)
-        return answer
+        target, fields, pool, timeout = admitted.ticket.decision.target, admitted.fields, relay.pool, relay.timeout
 
-    async def _relay(self, connection: Connection, ticket: Ticket, answer: Answer, request_id: str,
-                     started: float) -> bool:
+        def send(token: str) -> Awaitable[Answer]:
+            return pool.get(target, b"%sAuthorization: Bearer %s\r\n" % (fields, token.encode("ascii")),
+                            timeout=timeout)
+
+        return await relay.exchange(admitted.ticket, admitted.token, send, replayable=True)
+
+    async def _relay(self, connection: Connection, admitted: Admitted, answer: Answer, request_id: str,
+                     started: float) -> None:
         """Write the answer's head with its first piece of body (one write,
-        one TLS record, as ShortResponse does), then the rest as it comes.
-        True once anything was written."""
-        headers = downstream_response_headers(answer.headers)
-        stamp(headers, request_id)
-        chunked = "Content-Length" not in headers and answer.status not in (204, 304)
-        if chunked:
-            headers["Transfer-Encoding"] = "chunked"
-        head: bytes | None = _response_head(answer.status, answer.reason, headers)
-        self._metrics.observe_request(ROUTE_LABEL, answer.status, time.perf_counter() - started)
+        one TLS record, as ShortResponse does), then the rest as it comes."""
+        status = answer.status
+        lines, present = downstream_response_lines(answer.raw_headers, SET_BY_STAMP)
+        lines.extend(stamp_lines(present, request_id))
+        chunked = False
+        if status in _EMPTY_BODY_STATUSES:  # as aiohttp writes them: no length, no body
+            if b"content-length" in present:
+                lines = [line for line in lines if not line.lower().startswith(b"content-length:")]
+        else:
+            if b"content-length" not in present:
+                chunked = True
+                lines.append(b"Transfer-Encoding: chunked")
+            if b"content-type" not in present and not _empty(answer.raw_headers):
+                lines.append(b"Content-Type: application/octet-stream")
+        if b"date" not in present:
+            lines.append(b"Date: " + email.utils.formatdate(usegmt=True).encode())
+        head: bytes | None = b"HTTP/1.1 %d %s\r\n%s\r\n\r\n" % (
+            status, answer.reason.encode("latin-1"), b"\r\n".join(lines))
+        self._metrics.observe_request(ROUTE_LABEL, status, time.perf_counter() - started)
         self._metrics.express_answer()
         transport = connection.transport
         try:
@@ -261,9 +287,10 @@ class ExpressLane:
                 if chunked:
                     chunk = b"%x\r\n%s\r\n" % (len(chunk), chunk)
                 if transport is None or transport.is_closing():
-                    return head is None
+                    return
                 if head is not None:
                     chunk, head = head + chunk, None
+                    admitted.began = True
                 transport.write(chunk)
                 if connection.writing_paused:
                     await connection._drain_helper()
@@ -273,10 +300,10 @@ class ExpressLane:
             # left no answer rather than a wrong one, as on the full path.
             if transport is not None:
                 transport.close()
-            return True
+            return
         if transport is not None and not transport.is_closing():
+            admitted.began = True
             transport.write((head or b"") + (b"0\r\n\r\n" if chunked else b""))
-        return True
 
     def _write_error(self, connection: Connection, error: GatewayError, request_id: str, started: float) -> None:
         """The contract's error as the full path renders it on /k8s/ (proxy.errors)."""
@@ -298,15 +325,19 @@ class ExpressLane:
                 transport.close()
 
 
+_EMPTY_BODY_STATUSES = frozenset({204, 304, *range(100, 200)})
+
+
+def _empty(fields: list[tuple[bytes, bytes]]) -> bool:
+    """The answer says its body is empty (Content-Length: 0)."""
+    return any(name.lower() == b"content-length" and value.strip() == b"0" for name, value in fields)
+
+
 def _phrase(status: int) -> str:
     try:
         return http.HTTPStatus(status).phrase
     except ValueError:
         return ""
-
-
-def _with_token(fields: bytes, token: str) -> bytes:
-    return b"%sAuthorization: Bearer %s\r\n" % (fields, token.encode("ascii"))
 
 
 def _response_head(status: int, reason: str, headers: CIMultiDict[str]) -> bytes:

@@ -133,8 +133,10 @@ class Gate:
         cuts_seen = self.relay.streams.cuts
         raw_path, _, raw_query = target.partition("?")
         workspace_segment, slash, _ = raw_path[len(PREFIX):].partition("/")
+        if not slash or "{" in workspace_segment or "}" in workspace_segment:
+            return None  # the route's {workspace_id} takes no braces (aiohttp: 404), uuid.UUID would
         try:
-            cached = self.directory.cached(uuid_from(workspace_segment, "workspace")) if slash else None
+            cached = self.directory.cached(uuid_from(workspace_segment, "workspace"))
             workspace = access.usable(principal.user, cached) if cached is not None else None
         except GatewayError:
             return None

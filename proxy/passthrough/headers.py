@@ -74,11 +74,38 @@ def _without(headers: MultiMapping[str], dropped: frozenset[str], prefixes: tupl
                         if (lowered := name.lower()) not in dropped and not lowered.startswith(prefixes)])
 
 
-def forwards_request_header(lowered_name: str) -> bool:
+_REQUEST_DROPPED_BYTES = frozenset(name.encode() for name in _REQUEST_DROPPED)
+_REQUEST_DROPPED_PREFIXES_BYTES = tuple(prefix.encode() for prefix in _REQUEST_DROPPED_PREFIXES)
+
+
+def forwards_request_header(lowered_name: bytes) -> bool:
     """Whether a client header of this (lower-case) name may reach the API
     server, unless a Connection header nominates it: the rule
     `upstream_request_headers` applies, for relays that keep headers as bytes."""
-    return lowered_name not in _REQUEST_DROPPED and not lowered_name.startswith(_REQUEST_DROPPED_PREFIXES)
+    return lowered_name not in _REQUEST_DROPPED_BYTES and not lowered_name.startswith(_REQUEST_DROPPED_PREFIXES_BYTES)
+
+
+_RESPONSE_DROPPED_BYTES = frozenset(name.encode() for name in _RESPONSE_DROPPED)
+_RESPONSE_DROPPED_PREFIXES_BYTES = tuple(prefix.encode() for prefix in _RESPONSE_DROPPED_PREFIXES)
+
+
+def downstream_response_lines(fields: list[tuple[bytes, bytes]],
+                              replaced: frozenset[bytes]) -> tuple[list[bytes], set[bytes]]:
+    """`downstream_response_headers` for fields kept as bytes: the header
+    lines the client may see (`name: value`, less the `replaced` names,
+    which the caller sets itself), and the lower-case names among them."""
+    dropped: frozenset[bytes] | set[bytes] = _RESPONSE_DROPPED_BYTES | replaced
+    for name, value in fields:
+        if name.lower() == b"connection":
+            dropped = set(dropped)
+            dropped.update(element.strip().lower() for element in value.split(b",") if element.strip())
+    lines, present = [], set()
+    for name, value in fields:
+        lowered = name.lower()
+        if lowered not in dropped and not lowered.startswith(_RESPONSE_DROPPED_PREFIXES_BYTES):
+            lines.append(b"%s: %s" % (name, value))
+            present.add(lowered)
+    return lines, present
 
 
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:

@@ -103,13 +103,28 @@ def request_head(method: str, target: str, host: str, headers: CIMultiDict[str],
         raise UnsafeHead("a request line or header is not text") from None
 
 
+def _framed_by_close(fields: list[tuple[bytes, bytes]]) -> bool:
+    """An answer with neither a Content-Length nor a final chunked coding
+    ends when the server closes the connection. Pure."""
+    codings = []
+    for name, value in fields:
+        lowered = name.lower()
+        if lowered == b"content-length":
+            return False
+        if lowered == b"transfer-encoding":
+            codings.append(value)
+    return not b",".join(codings).rstrip().lower().endswith(b"chunked")
+
+
 class Answer:
     """One answer: status and headers at once, the body as it arrives."""
 
     def __init__(self, connection: _Connection, method: str) -> None:
         self.status = 0
         self.reason = ""
-        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        """The header fields as they came, names and values in bytes."""
+        self._headers: CIMultiDict[str] | None = None
         self._connection = connection
         self._method = method
         self._loop = connection.loop
@@ -128,6 +143,15 @@ class Answer:
         self.awaiting_body = False
         """The body's sender waits for the client's next piece (not for the API server)."""
         self._finished = False
+
+    @property
+    def headers(self) -> CIMultiDict[str]:
+        """The header fields as text (decoded as aiohttp's parser decodes
+        them), made on first use: the express lane reads `raw_headers` only."""
+        if self._headers is None:
+            self._headers = CIMultiDict((name.decode("utf-8", "surrogateescape"), value.decode("utf-8", "surrogateescape"))
+                                        for name, value in self.raw_headers)
+        return self._headers
 
     async def read_chunk(self) -> bytes:
         """The next piece of the body; b"" at its end. Raises if the answer broke off."""
@@ -323,8 +347,7 @@ class _Connection(asyncio.Protocol):
         if self._header_bytes > MAX_HEAD_BYTES:
             raise UpstreamProtocolError("the answer's header section is too large")
         if not self._informational and self._answer is not None:
-            self._answer.headers.add(name.decode("utf-8", "surrogateescape"),
-                                     value.decode("utf-8", "surrogateescape"))
+            self._answer.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         answer, parser = self._answer, self._parser
@@ -332,15 +355,13 @@ class _Connection(asyncio.Protocol):
         status = parser.get_status_code()
         if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
             self._informational = True
-            answer.headers.clear()
+            answer.raw_headers.clear()
             self._reason.clear()
             return
         answer.status = status
         answer.reason = self._reason.decode("latin-1")
         self._keep_alive = parser.should_keep_alive()
-        headers = answer.headers
-        self._until_close = ("Content-Length" not in headers and status not in (204, 304)
-                             and not ",".join(headers.getall("Transfer-Encoding", ())).rstrip().lower().endswith("chunked"))
+        self._until_close = status not in (204, 304) and _framed_by_close(answer.raw_headers)
         answer._headers_done()
         if answer._method == "HEAD":
             # No body follows, but the parser would wait for Content-Length bytes.

@@ -4,20 +4,21 @@ explicitly, beside the request and its Ticket.
 
 It holds the upstream (the only client that sends tenant tokens), the
 tenant-token cache, the registry of open streams, the audit writer and the
-metrics, and owns the two decisions every relay shares: which token a
-request goes with (and forgetting one the API server refused), and how a
-relayed request is recorded.
+metrics, and owns the decisions every relay shares: which token a request
+goes with (and forgetting one the API server refused, `exchange`), and how
+a relayed request is recorded.
 """
 
 from __future__ import annotations
 
-from typing import Awaitable
+from typing import Awaitable, Callable
 
 from provisioning.audit import AuditWriter
 from proxy.metrics import Metrics
+from proxy.passthrough.http1 import Answer
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import Upstream
+from proxy.passthrough.upstream import SEND_FAILURES, Upstream, send_failed
 from proxy.token_cache import TenantTokenCache
 
 
@@ -46,6 +47,32 @@ class Relay:
         """The API server refused `token` (401): forget it, unless a fresh
         one has already replaced it."""
         self.tokens.invalidate(ticket.token_key, token)
+
+    async def exchange(self, ticket: Ticket, token: str, send: Callable[[str], Awaitable[Answer]], *,
+                       replayable: bool) -> Answer:
+        """One exchange as the tenant, `send(token)`, recorded once the API
+        server has answered (status 0 if it did not: a write that was sent
+        may have taken effect). A token the API server refuses (401) is
+        forgotten, and a `replayable` request (one without a body) goes once
+        more with a fresh one. Failures are mapped to the error tree here
+        (proxy.passthrough.upstream.send_failed)."""
+        try:
+            try:
+                answer = await send(token)
+                if answer.status == 401 and replayable:
+                    answer.release()
+                    self.drop_token(ticket, token)
+                    token = await self.token(ticket)
+                    answer = await send(token)
+            except SEND_FAILURES as error:
+                send_failed(error)
+        except BaseException:
+            self.record(ticket, 0)
+            raise
+        if answer.status == 401:
+            self.drop_token(ticket, token)
+        self.record(ticket, answer.status)
+        return answer
 
     def record(self, ticket: Ticket, status: int) -> None:
         """Writes are recorded with the human identity; reads only counted.

@@ -5,7 +5,7 @@ stream, and the answer is written piece by piece as it arrives, so a watch
 event reaches the browser when the API server flushes it. A 401 from
 upstream means the cached token went bad (a replaced ServiceAccount, an
 early expiry): the token is dropped and a body-less request is retried once
-with a fresh one. Requests with bodies are not replayed: their body has
+with a fresh one (Relay.exchange). Requests with bodies are not replayed: their body has
 already been streamed.
 """
 
@@ -45,7 +45,8 @@ def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, 
              headers: dict[str, str] | None = None) -> Awaitable[Answer]:
     """The request upstream, as the tenant: to the path and query the tenant
     wall judged, byte for byte, unless the gateway names its own `target`.
-    Returned to be awaited in a `try` that hands failures to `send_failed`."""
+    Returned to be awaited where failures are handed to `send_failed`
+    (Relay.exchange, or `_send`)."""
     decision = ticket.decision
     if target is None:
         target = decision.target
@@ -91,26 +92,11 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
     asked to end by a shutdown stops after a whole event and ends its body
     cleanly (asked before the answer began, `track` answers 503 instead)."""
     token = relay.cached_token(ticket) or await relay.token(ticket)
-    try:
-        try:
-            upstream = await _request(relay, ticket, request, token)
-        except SEND_FAILURES as error:
-            send_failed(error)
-        if upstream.status == 401 and not request.body_exists:
-            upstream.release()
-            relay.drop_token(ticket, token)
-            token = await relay.token(ticket)
-            upstream = await _send(relay, ticket, request, token)
-    except BaseException:
-        # Sent, perhaps, and unanswered: a client that hangs up at once (or
-        # a failed exchange) must not leave a write that took effect unaudited.
-        relay.record(ticket, 0)
-        raise
-    if upstream.status == 401:
-        relay.drop_token(ticket, token)
-    # Recorded as soon as the API server has answered: a client that hangs up
-    # while the body streams must not leave its write unaudited.
-    relay.record(ticket, upstream.status)
+    # Recorded as soon as the API server has answered (or failed to): a
+    # client that hangs up at once, or while the body streams, must not
+    # leave a write that took effect unaudited.
+    upstream = await relay.exchange(ticket, token, lambda token: _request(relay, ticket, request, token),
+                                    replayable=not request.body_exists)
     try:
         kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
         response = kind(status=upstream.status, reason=upstream.reason,

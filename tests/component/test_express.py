@@ -30,11 +30,16 @@ def express_answers(gateway: Any) -> int:
     return counted
 
 
-async def recording_api_server(fake_api_server: FakeAPIServer, answer: Any = None) -> tuple[list[dict[str, str]], Any]:
+async def recording_api_server(fake_api_server: FakeAPIServer, answer: Any = None,
+                               targets: list[str] | None = None) -> tuple[list[dict[str, str]], Any]:
+    """A FAKE API server keeping the headers (and in `targets`, the path and
+    query) of each request, answering an empty list or with `answer`."""
     seen: list[dict[str, str]] = []
 
     async def handler(request: web.Request) -> web.StreamResponse:
         seen.append(dict(request.headers))
+        if targets is not None:
+            targets.append(request.path_qs)
         if answer is not None:
             answered: web.StreamResponse = await answer(request)
             return answered
@@ -43,6 +48,21 @@ async def recording_api_server(fake_api_server: FakeAPIServer, answer: Any = Non
 
     server, upstream = await fake_api_server(handler)
     return seen, (server, upstream)
+
+
+async def warm_gateway(make_gateway: Any, fake_api_server: FakeAPIServer, answer: Any = None,
+                       targets: list[str] | None = None) -> tuple[list[dict[str, str]], Any, Any, str, str]:
+    """A gateway before a recording FAKE API server, a signed-in user whose
+    GET of `path` is warm (the lane takes the next), and the user's
+    Authorization header line: (seen, gateway, user, path, authorization)."""
+    seen, (_server, upstream) = await recording_api_server(fake_api_server, answer, targets)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
+    user, path = await provisioned_workspace(gateway)
+    assert (await gateway.get(path, headers=user.bearer)).status == 200
+    seen.clear()
+    if targets is not None:
+        targets.clear()
+    return seen, gateway, user, path, f"Authorization: {user.bearer['Authorization']}\r\n"
 
 
 async def test_a_warm_get_is_answered_by_the_lane_as_the_full_path_answers_it(
@@ -95,13 +115,7 @@ async def test_requests_on_one_connection_are_answered_in_order_whichever_path_t
     post = (f"POST {path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: {token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
     before = express_answers(gateway)
-    context = ssl.create_default_context(cafile=str(gateway.ca_file))
-    reader, writer = await asyncio.open_connection(gateway.host, gateway.port, ssl=context)
-    try:
-        writer.write(get() + get() + get(None) + get() + post + get())
-        statuses = [await read_answer(reader) for _ in range(6)]
-    finally:
-        writer.close()
+    statuses = await raw_exchange(gateway, get() + get() + get(None) + get() + post + get(), answers=6)
     assert statuses == [200, 200, 401, 200, 200, 200]
     assert express_answers(gateway) - before == 4
     assert len(seen) == 1 + 5  # the warm-up, then all but the refused one
@@ -202,16 +216,7 @@ async def test_framing_tricks_never_put_a_request_of_the_clients_making_past_the
     second request in what should be a body; the API server must never see
     it, and the connection must answer no more requests than were sent."""
     seen_paths: list[str] = []
-
-    async def record_path(request: web.Request) -> web.StreamResponse:
-        seen_paths.append(request.path)
-        return web.json_response({"kind": "ConfigMapList", "items": []})
-
-    _seen, (_server, upstream) = await recording_api_server(fake_api_server, record_path)
-    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await provisioned_workspace(gateway)
-    assert (await gateway.get(path, headers=user.bearer)).status == 200  # warm
-    auth = f"Authorization: {user.bearer['Authorization']}\r\n"
+    _seen, gateway, user, path, auth = await warm_gateway(make_gateway, fake_api_server, targets=seen_paths)
     inner = f"GET {path}/smuggled HTTP/1.1\r\nHost: g\r\n{auth}\r\n"
     warm_get = f"GET {path} HTTP/1.1\r\nHost: g\r\n{auth}\r\n"
     tricks = {
@@ -227,23 +232,127 @@ async def test_framing_tricks_never_put_a_request_of_the_clients_making_past_the
                             f"\r\n{inner}"),
         "bare line feeds": f"GET {path} HTTP/1.1\nHost: g\n{auth.strip()}\nContent-Length: {len(inner)}\n\n{inner}",
     }
-    context = ssl.create_default_context(cafile=str(gateway.ca_file))
     for name, trick in tricks.items():
         seen_paths.clear()
-        reader, writer = await asyncio.open_connection(gateway.host, gateway.port, ssl=context)
-        try:
-            writer.write(trick.encode() + warm_get.encode())
-            statuses = []
-            while len(statuses) < 2:
-                try:
-                    statuses.append(await read_answer(reader))
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    break
-            try:  # nothing more: no answer to a request that was never sent
+        # No more answers than requests sent: none to one that was never sent.
+        await raw_exchange(gateway, (trick + warm_get).encode(), answers=2, then_nothing=True)
+        assert not [p for p in seen_paths if p.endswith("/smuggled")], name
+
+
+async def raw_exchange(gateway: Any, *pieces: bytes, answers: int, then_nothing: bool = False) -> list[int]:
+    """Send `pieces` (one write each) on a new connection; the statuses of up
+    to `answers` answers, fewer if the gateway closes the connection; with
+    `then_nothing`, checks that no byte follows them."""
+    context = ssl.create_default_context(cafile=str(gateway.ca_file))
+    reader, writer = await asyncio.open_connection(gateway.host, gateway.port, ssl=context)
+    statuses: list[int] = []
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        while len(statuses) < answers:
+            try:
+                statuses.append(await read_answer(reader))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+        if then_nothing:
+            try:
                 extra = await asyncio.wait_for(reader.read(1), 0.5)
             except (asyncio.TimeoutError, ConnectionError):
                 extra = b""
-        finally:
-            writer.close()
-        assert not [p for p in seen_paths if p.endswith("/smuggled")], name
-        assert extra == b"", (name, statuses)
+            assert extra == b"", statuses
+    finally:
+        writer.close()
+    return statuses
+
+
+async def test_heads_aiohttp_refuses_are_refused_on_the_lane_too(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """What aiohttp's strict parser answers 400 (no Host, a singleton twice,
+    too many fields, hixie-76's key, a head past its limit arriving in
+    pieces, a workspace id the route does not match) must not be answered
+    200 by the lane, nor reach the API server."""
+    seen, gateway, user, path, auth = await warm_gateway(make_gateway, fake_api_server)
+    workspace = path.split("/")[2]
+    braced = path.replace(workspace, "{" + workspace + "}")
+    cases = {
+        "no Host": [f"GET {path} HTTP/1.1\r\n{auth}\r\n"],
+        "two Hosts": [f"GET {path} HTTP/1.1\r\nHost: a\r\nHost: b\r\n{auth}\r\n"],
+        "two User-Agents": [f"GET {path} HTTP/1.1\r\nHost: a\r\nUser-Agent: a\r\nUser-Agent: b\r\n{auth}\r\n"],
+        "hixie-76": [f"GET {path} HTTP/1.1\r\nHost: a\r\nSec-WebSocket-Key1: x\r\n{auth}\r\n"],
+        "140 fields": [f"GET {path} HTTP/1.1\r\nHost: a\r\n{auth}" + "".join(f"X-H{i}: a\r\n" for i in range(140))
+                       + "\r\n"],
+        "a long field in pieces": [f"GET {path} HTTP/1.1\r\nHost: a\r\n{auth}X-Big: " + "a" * 10_000,
+                                   "a" * 10_000 + "\r\n\r\n"],
+        "a braced workspace id": [f"GET {braced} HTTP/1.1\r\nHost: a\r\n{auth}\r\n"],
+    }
+    for name, pieces in cases.items():
+        seen.clear()
+        statuses = await raw_exchange(gateway, *(piece.encode() for piece in pieces), answers=1)
+        assert statuses in ([400], [404], [431], []), (name, statuses)
+        assert seen == [], name
+    assert express_answers(gateway) == 0
+
+
+async def test_nothing_is_taken_after_an_answer_that_closes_the_connection(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    seen_targets: list[str] = []
+    _seen, gateway, user, path, auth = await warm_gateway(make_gateway, fake_api_server, targets=seen_targets)
+    closing = f"GET {path}?first=1 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n{auth}\r\n"
+    after = f"GET {path}?after=1 HTTP/1.1\r\nHost: a\r\n{auth}\r\n"
+    assert await raw_exchange(gateway, (closing + after).encode(), answers=2) == [200]
+    await asyncio.sleep(0.2)
+    assert [target.rpartition("?")[2] for target in seen_targets] == ["first=1"]
+
+
+async def test_a_connect_with_a_body_leaves_the_connection_to_aiohttp(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """aiohttp's parser takes a CONNECT's body for another protocol's bytes
+    and reads requests in it; the lane must not also count it as a body and
+    read on after it."""
+    seen, gateway, user, path, auth = await warm_gateway(make_gateway, fake_api_server)
+    trick = f"CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nXXXXX" + \
+        f"GET {path} HTTP/1.1\r\nHost: a\r\n{auth}\r\n"
+    statuses = await raw_exchange(gateway, trick.encode(), answers=2)
+    assert statuses[:1] in ([400], [404], [405]), statuses
+    assert seen == [] and express_answers(gateway) == 0
+
+
+async def test_a_drain_that_ends_mid_answer_cuts_it_and_writes_nothing_into_it(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """Cancelled at the end of the drain after its answer began, an express
+    answer is cut, as on the full path: a 503 written into a body that is
+    under way would reach the client as part of the object."""
+    first_piece_sent = asyncio.Event()
+
+    async def then_hang(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"kind":"ConfigMapList","items":[')
+        first_piece_sent.set()
+        await asyncio.sleep(3600)
+        return response
+
+    _seen, (_server, upstream) = await recording_api_server(fake_api_server, then_hang)
+    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream, GATEWAY_SHUTDOWN_DRAIN_SECONDS="0.5")
+    user, path = await provisioned_workspace(gateway)
+    warm = await gateway.get(path, headers=user.bearer)  # the full path (cold): reads its first piece
+    warm.close()
+    first_piece_sent.clear()
+    context = ssl.create_default_context(cafile=str(gateway.ca_file))
+    reader, writer = await asyncio.open_connection(gateway.host, gateway.port, ssl=context)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: a\r\nAuthorization: {user.bearer['Authorization']}\r\n\r\n"
+                     .encode())
+        await asyncio.wait_for(first_piece_sent.wait(), 10)
+        received = await asyncio.wait_for(reader.readuntil(b"items\":["), 10)
+        assert express_answers(gateway) == 1
+        drain = gateway.server.app[keys.DRAIN]
+        drain.begin()
+        assert not await drain.wait_idle()
+        rest = await asyncio.wait_for(reader.read(), 10)  # to the cut
+    finally:
+        writer.close()
+    assert received.startswith(b"HTTP/1.1 200 ")
+    assert b"503" not in rest and b"shutting_down" not in rest

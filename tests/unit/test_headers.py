@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.answer_headers import SET_BY_STAMP, stamp, stamp_lines
 from proxy.passthrough.headers import (
     downstream_response_headers,
+    downstream_response_lines,
+    forwards_request_header,
     is_spdy_upgrade,
     upstream_request_headers,
     websocket_subprotocols,
@@ -187,3 +190,42 @@ def test_websocket_subprotocols(values: list[str], expected: list[str]) -> None:
 ])
 def test_spdy_detection(pairs: list[tuple[str, str]], expected: bool) -> None:
     assert is_spdy_upgrade(headers(*pairs)) is expected
+
+
+ANSWERS = [
+    [("Content-Type", "application/json"), ("Content-Length", "2"), ("Audit-Id", "a1")],
+    [("Set-Cookie", "a=b"), ("WWW-Authenticate", "Basic"), ("Access-Control-Allow-Origin", "*"),
+     ("access-control-allow-credentials", "true"), ("Transfer-Encoding", "chunked"), ("Warning", "299 - x")],
+    [("Connection", "close, X-Secret"), ("X-Secret", "s"), ("connection", "Keep-Alive"), ("Keep-Alive", "5"),
+     ("Cache-Control", "no-cache"), ("Cache-Control", "private")],
+    [("Server", "kube"), ("X-Request-Id", "theirs"), ("X-Frame-Options", "SAMEORIGIN"), ("Date", "d")],
+]
+
+
+@pytest.mark.parametrize("fields", ANSWERS)
+def test_the_byte_lines_keep_what_the_text_headers_keep(fields: list[tuple[str, str]]) -> None:
+    """The express lane's rendering of the response rule (downstream_response_lines) and the full path's."""
+    text = downstream_response_headers(headers(*fields))
+    lines, present = downstream_response_lines([(n.encode(), v.encode()) for n, v in fields], SET_BY_STAMP)
+    kept = [tuple(line.decode().split(": ", 1)) for line in lines]
+    assert kept == [(n, v) for n, v in text.items() if n.lower() not in ("server", "x-request-id")]
+    assert present == {n.lower().encode() for n, _ in kept}
+
+
+@pytest.mark.parametrize("fields", ANSWERS)
+def test_the_byte_stamp_adds_what_the_text_stamp_adds(fields: list[tuple[str, str]]) -> None:
+    text = downstream_response_headers(headers(*fields))
+    stamp(text, "id-1")
+    lines, present = downstream_response_lines([(n.encode(), v.encode()) for n, v in fields], SET_BY_STAMP)
+    lines.extend(stamp_lines(present, "id-1"))
+    assert sorted(tuple(line.decode().split(": ", 1)) for line in lines) == sorted(text.items())
+
+
+@pytest.mark.parametrize("name", sorted({"authorization", "cookie", "x-csrf-token", "impersonate-user",
+                                         "x-remote-group", "x-forwarded-for", "forwarded", "x-real-ip", "audit-id",
+                                         "host", "keep-alive", "te", "sec-websocket-key", "origin", "referer",
+                                         "accept", "user-agent", "content-type", "if-none-match"}))
+def test_the_byte_rule_for_request_headers_is_the_text_rule(name: str) -> None:
+    """The express lane's rendering of the request rule (forwards_request_header) and the full path's."""
+    forwarded = name in upstream_request_headers(headers((name, "v")), "t") and name != "authorization"
+    assert forwards_request_header(name.encode()) is forwarded
