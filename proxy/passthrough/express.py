@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 # The request line and header section, each field on one line (no obs-fold),
 # names tokens (RFC 9110), values without control characters but HTAB.
 _HEAD = re.compile(rb"([A-Z]{1,16}) ([!-~]+) HTTP/1\.1\r\n((?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[\t\x20-\x7e\x80-\xff]*\r\n)*)\r\n")
+_HEAD_START = re.compile(rb"[A-Z]{0,16}(?: |\Z)")
+_BARE_LINE_BREAK = re.compile(rb"(?<!\r)\n|\r(?!\n|\Z)")
 _LENGTH = re.compile(rb"[0-9]{1,15}")
 # Methods whose requests end where their Content-Length says (CONNECT's body
 # is another protocol's, to aiohttp's parser).
@@ -134,7 +136,12 @@ def read_head(buffer: bytes | bytearray) -> Head | _Incomplete | None:
     parser is left to read it, and to refuse it). Pure."""
     end = buffer.find(b"\r\n\r\n")
     if end < 0:
-        return INCOMPLETE if len(buffer) <= MAX_HEAD_BYTES else None
+        # Waited for only while it can still become a plain head: aiohttp
+        # answers a wrong start (TLS sent to a plain port, a bare line feed)
+        # at once, and a client that sent one may wait for that answer.
+        if len(buffer) > MAX_HEAD_BYTES or not _HEAD_START.match(buffer) or _BARE_LINE_BREAK.search(buffer):
+            return None
+        return INCOMPLETE
     if end + 4 > MAX_HEAD_BYTES:
         return None
     match = _HEAD.match(buffer, 0, end + 4)
@@ -279,8 +286,6 @@ class ExpressLane:
             lines.append(b"Date: " + email.utils.formatdate(usegmt=True).encode())
         head: bytes | None = b"HTTP/1.1 %d %s\r\n%s\r\n\r\n" % (
             status, answer.reason.encode("latin-1"), b"\r\n".join(lines))
-        self._metrics.observe_request(ROUTE_LABEL, status, time.perf_counter() - started)
-        self._metrics.express_answer()
         transport = connection.transport
         try:
             while chunk := await answer.read_chunk():
@@ -290,7 +295,7 @@ class ExpressLane:
                     return
                 if head is not None:
                     chunk, head = head + chunk, None
-                    admitted.began = True
+                    self._begin(admitted, status, started)
                 transport.write(chunk)
                 if connection.writing_paused:
                     await connection._drain_helper()
@@ -302,8 +307,15 @@ class ExpressLane:
                 transport.close()
             return
         if transport is not None and not transport.is_closing():
-            admitted.began = True
+            if head is not None:
+                self._begin(admitted, status, started)
             transport.write((head or b"") + (b"0\r\n\r\n" if chunked else b""))
+
+    def _begin(self, admitted: Admitted, status: int, started: float) -> None:
+        """The answer's head goes out now: counted once, as the full path counts at its `prepare`."""
+        admitted.began = True
+        self._metrics.observe_request(ROUTE_LABEL, status, time.perf_counter() - started)
+        self._metrics.express_answer()
 
     def _write_error(self, connection: Connection, error: GatewayError, request_id: str, started: float) -> None:
         """The contract's error as the full path renders it on /k8s/ (proxy.errors)."""
@@ -317,6 +329,7 @@ class ExpressLane:
             headers["Retry-After"] = str(error.retry_after)
         if error.closes_connection:
             headers["Connection"] = "close"
+        headers["Date"] = email.utils.formatdate(usegmt=True)
         stamp(headers, request_id)
         self._metrics.observe_request(ROUTE_LABEL, error.status, time.perf_counter() - started)
         if transport is not None and not transport.is_closing():
@@ -329,8 +342,9 @@ _EMPTY_BODY_STATUSES = frozenset({204, 304, *range(100, 200)})
 
 
 def _empty(fields: list[tuple[bytes, bytes]]) -> bool:
-    """The answer says its body is empty (Content-Length: 0)."""
-    return any(name.lower() == b"content-length" and value.strip() == b"0" for name, value in fields)
+    """The answer says its body is empty (a Content-Length of 0, as aiohttp reads it)."""
+    return any(name.lower() == b"content-length" and value.strip().isdigit() and int(value) == 0
+               for name, value in fields)
 
 
 def _phrase(status: int) -> str:

@@ -169,6 +169,7 @@ async def test_an_api_server_gone_is_the_contracts_503_on_the_lane_too(
     assert await k8s_error(answer) == (503, "cluster_unavailable")
     assert answer.headers["Content-Type"].startswith("application/json")
     assert answer.headers["X-Content-Type-Options"] == "nosniff" and "X-Request-Id" in answer.headers
+    assert "Date" in answer.headers  # as aiohttp writes on every answer
 
 
 async def test_a_chunked_answer_is_relayed_whole_and_chunked(

@@ -64,3 +64,22 @@ def test_a_tab_inside_a_value_is_kept_and_around_it_trimmed() -> None:
 def test_other_methods_and_targets_are_read_for_their_framing(head: bytes) -> None:
     read = read_head(head)
     assert isinstance(read, tuple) and read[3] == len(head)
+
+
+@pytest.mark.parametrize("start", [
+    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS ClientHello on a plain port
+    b"GET /k8s/a HTTP/1.1\nHost: h\n",  # bare line feeds
+    b"GET /k8s/a HTTP/1.1\r\nHost: h\n",
+    b"GET /k8s/a HTTP/1.1\r\nHost: h\rX",
+    b"get /k8s/a",
+    b"PRI * HTTP/2.0",  # HTTP/2's preface: method-shaped, so waited for (its whole head is aiohttp's)
+])
+def test_a_start_that_can_never_be_a_plain_head_is_not_waited_for(start: bytes) -> None:
+    """aiohttp answers these at once (400); the lane must not hold them for the rest of a head."""
+    expected = INCOMPLETE if start.startswith(b"PRI ") else None
+    assert read_head(start) is expected
+
+
+def test_a_partial_plain_head_is_waited_for() -> None:
+    for cut in (1, 3, 4, 20, len(PLAIN) - 3, len(PLAIN) - 1):
+        assert read_head(PLAIN[:cut]) is INCOMPLETE, cut
