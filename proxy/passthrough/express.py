@@ -26,7 +26,7 @@ hygiene (proxy.passthrough.headers; header lines otherwise go up byte for
 byte), the same upstream and tenant-token rules (a 401 drops the token and
 the GET is sent once more with a fresh one), failures mapped in the same
 place (proxy.passthrough.upstream.send_failed) and rendered in the same
-shape (proxy.errors), the same response headers (proxy.front.stamp), the
+shape (proxy.errors), the same response headers (proxy.answer_headers), the
 same metrics, and the same drain (counted in flight; a request cut at the
 end of the drain before its answer began answers 503 `shutting_down`).
 """
@@ -41,11 +41,9 @@ import re
 import time
 from typing import TYPE_CHECKING, Awaitable, Protocol
 
-from multidict import CIMultiDict
-
 from provisioning.errors import GatewayError, StoppedMidRequest
 from proxy import logs
-from proxy.answer_headers import SET_BY_STAMP, new_request_id, stamp, stamp_lines
+from proxy.answer_headers import SET_BY_STAMP, new_request_id, stamp_lines
 from proxy.draining import Drain
 from proxy.errors import KUBERNETES_PREFIX, error_body, note_failure
 from proxy.metrics import Metrics
@@ -282,10 +280,7 @@ class ExpressLane:
                 lines.append(b"Transfer-Encoding: chunked")
             if b"content-type" not in present and not _empty(answer.raw_headers):
                 lines.append(b"Content-Type: application/octet-stream")
-        if b"date" not in present:
-            lines.append(b"Date: " + email.utils.formatdate(usegmt=True).encode())
-        head: bytes | None = b"HTTP/1.1 %d %s\r\n%s\r\n\r\n" % (
-            status, answer.reason.encode("latin-1"), b"\r\n".join(lines))
+        head: bytes | None = _response_head(status, answer.reason.encode("latin-1"), lines, present)
         transport = connection.transport
         try:
             while chunk := await answer.read_chunk():
@@ -323,17 +318,15 @@ class ExpressLane:
         transport = connection.transport
         body = json.dumps(error_body(error.status, error.code, error.message, kubernetes=True,
                                      retry_after=error.retry_after)).encode()
-        headers: CIMultiDict[str] = CIMultiDict({"Content-Type": "application/json; charset=utf-8",
-                                                 "Content-Length": str(len(body))})
+        lines = [b"Content-Type: application/json; charset=utf-8", b"Content-Length: %d" % len(body)]
         if error.retry_after is not None:
-            headers["Retry-After"] = str(error.retry_after)
+            lines.append(b"Retry-After: %d" % error.retry_after)
         if error.closes_connection:
-            headers["Connection"] = "close"
-        headers["Date"] = email.utils.formatdate(usegmt=True)
-        stamp(headers, request_id)
+            lines.append(b"Connection: close")
+        lines.extend(stamp_lines(set(), request_id))
         self._metrics.observe_request(ROUTE_LABEL, error.status, time.perf_counter() - started)
         if transport is not None and not transport.is_closing():
-            transport.write(_response_head(error.status, _phrase(error.status), headers) + body)
+            transport.write(_response_head(error.status, _phrase(error.status).encode(), lines, set()) + body)
             if error.closes_connection:
                 transport.close()
 
@@ -354,9 +347,10 @@ def _phrase(status: int) -> str:
         return ""
 
 
-def _response_head(status: int, reason: str, headers: CIMultiDict[str]) -> bytes:
-    lines = [f"HTTP/1.1 {status} {reason}"]
-    lines.extend(f"{name}: {value}" for name, value in headers.items())
-    lines.append("\r\n")
-    return "\r\n".join(lines).encode("utf-8", "surrogateescape")
+def _response_head(status: int, reason: bytes, lines: list[bytes], present: set[bytes]) -> bytes:
+    """The status line and header section, with the Date aiohttp writes on
+    every answer unless `present` (the lower-case names in `lines`) has one."""
+    if b"date" not in present:
+        lines.append(b"Date: " + email.utils.formatdate(usegmt=True).encode())
+    return b"HTTP/1.1 %d %s\r\n%s\r\n\r\n" % (status, reason, b"\r\n".join(lines))
 

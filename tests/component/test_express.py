@@ -197,10 +197,7 @@ async def test_a_chunked_answer_is_relayed_whole_and_chunked(
 
 async def test_headers_that_ask_for_more_than_a_forward_go_to_the_full_path(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
-    seen, (_server, upstream) = await recording_api_server(fake_api_server)
-    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await provisioned_workspace(gateway)
-    assert (await gateway.get(path, headers=user.bearer)).status == 200
+    seen, gateway, user, path, _auth = await warm_gateway(make_gateway, fake_api_server)
     for extra in ({"Connection": "keep-alive, Accept"}, {"Origin": "https://elsewhere.example"}):
         seen.clear()
         answer = await gateway.get(path, headers={**user.bearer, "Accept": "application/json", **extra})
@@ -313,7 +310,7 @@ async def test_a_connect_with_a_body_leaves_the_connection_to_aiohttp(
     and reads requests in it; the lane must not also count it as a body and
     read on after it."""
     seen, gateway, user, path, auth = await warm_gateway(make_gateway, fake_api_server)
-    trick = f"CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nXXXXX" + \
+    trick = f"CONNECT a:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello" + \
         f"GET {path} HTTP/1.1\r\nHost: a\r\n{auth}\r\n"
     statuses = await raw_exchange(gateway, trick.encode(), answers=2)
     assert statuses[:1] in ([400], [404], [405]), statuses
