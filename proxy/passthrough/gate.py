@@ -48,10 +48,15 @@ SPDY_REFUSED = (
 PREFIX = KUBERNETES_PREFIX
 
 
-def _raw_tail(request: web.Request, workspace_segment: str) -> tuple[str, str]:
-    """The path after /k8s/{id} and the query, exactly as sent (still percent-encoded)."""
-    raw_path, _, raw_query = request.raw_path.partition("?")
-    return raw_path[len(PREFIX) + len(workspace_segment):], raw_query
+def raw_tail(raw_target: str) -> tuple[str, str]:
+    """The path after /k8s/{id} and the query, exactly as sent (still
+    percent-encoded). Cut at the raw slashes: the router matched the route's
+    two segments with their escapes decoded (`%30` for `0`) but never a
+    slash's (`%2F`), so they are the first two raw segments, whatever their
+    length as sent. Pure."""
+    raw_path, _, raw_query = raw_target.partition("?")
+    segments = raw_path.split("/", 3)  # "", "k8s", the workspace id, the rest
+    return ("/" + segments[3] if len(segments) == 4 else ""), raw_query
 
 
 def _read_needs_no_address() -> str | None:
@@ -86,14 +91,13 @@ class Gate:
         router.add_route("*", PREFIX + "{workspace_id}", self.handle, **options)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        workspace_segment = request.match_info["workspace_id"]
         relay = self.relay
         cuts_seen = relay.streams.cuts  # before the reads that authorise: a cut meanwhile still reaches a stream
         who = await self.authenticator.authenticate(request)
-        workspace_id = uuid_from(workspace_segment, "workspace")
+        workspace_id = uuid_from(request.match_info["workspace_id"], "workspace")
         workspace = access.usable(who.user, self.directory.cached(workspace_id)
                                   or await self.directory.get(workspace_id))
-        decision = classify(request.method, *_raw_tail(request, workspace_segment), workspace.namespace)
+        decision = classify(request.method, *raw_tail(request.raw_path), workspace.namespace)
         if decision.action == "deny":
             raise Forbidden(decision.reason, code="outside_tenant")
         headers = request.headers

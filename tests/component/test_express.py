@@ -293,6 +293,21 @@ async def test_heads_aiohttp_refuses_are_refused_on_the_lane_too(
     assert express_answers(gateway) == 0
 
 
+async def test_an_escaped_workspace_id_names_the_same_workspace(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    """`%30` is `0` (RFC 3986): the router matches the id decoded, so the
+    tenant wall must read the tail after it as sent, not at the decoded
+    id's length (which cut the tail short: a 403 for the user's own GET)."""
+    seen_targets: list[str] = []
+    _seen, gateway, user, path, auth = await warm_gateway(make_gateway, fake_api_server, targets=seen_targets)
+    workspace = path.split("/")[2]
+    escaped = "".join(f"%{ord(character):02X}" for character in workspace[:3]) + workspace[3:]
+    for target in (path.replace(workspace, escaped), path.replace("/k8s/", "/%6B8s/")):
+        statuses = await raw_exchange(gateway, f"GET {target} HTTP/1.1\r\nHost: a\r\n{auth}\r\n".encode(), answers=1)
+        assert statuses == [200], target
+    assert seen_targets == [path[len(f"/k8s/{workspace}"):]] * 2
+
+
 async def test_nothing_is_taken_after_an_answer_that_closes_the_connection(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     seen_targets: list[str] = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.passthrough.gate import raw_tail
 from proxy.passthrough.routing import Decision, classify, stream_target
 
 OWN = "tenant-a"
@@ -351,3 +352,19 @@ def test_stream_target_names_what_an_exec_reaches() -> None:
     forward = classify("GET", "/api/v1/namespaces/tenant-a/pods/web-1/portforward", "ports=8080&ports=9090",
                        "tenant-a")
     assert stream_target(forward) == {"pod": "web-1", "subresource": "portforward", "ports": ["8080", "9090"]}
+
+
+WORKSPACE = "0b5e1a2c-3d4e-4f50-8a6b-7c8d9e0f1a2b"
+
+
+@pytest.mark.parametrize(("target", "tail"), [
+    (f"/k8s/{WORKSPACE}/api/v1/namespaces/tenant-1/pods?watch=1", ("/api/v1/namespaces/tenant-1/pods", "watch=1")),
+    (f"/k8s/%30{WORKSPACE[1:]}/api/v1/pods", ("/api/v1/pods", "")),  # an escaped digit: longer as sent
+    (f"/%6B8s/{WORKSPACE}/api", ("/api", "")),
+    (f"/k8s/{WORKSPACE}/api%2Fv1?a=%2F", ("/api%2Fv1", "a=%2F")),  # an escaped slash stays in the tail
+    (f"/k8s/{WORKSPACE}/", ("/", "")),
+    (f"/k8s/{WORKSPACE}", ("", "")),
+])
+def test_the_tail_after_the_workspace_is_cut_at_the_slashes_as_sent(target: str, tail: tuple[str, str]) -> None:
+    """The router decoded the route's segments; the tenant wall reads the rest as sent."""
+    assert raw_tail(target) == tail
