@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import http
 import json
 import re
 import time
@@ -48,7 +47,7 @@ from proxy.draining import Drain
 from proxy.errors import KUBERNETES_PREFIX, error_body, note_failure
 from proxy.metrics import Metrics
 from proxy.passthrough.headers import downstream_response_lines, forwards_request_header
-from proxy.passthrough.http1 import Answer, UpstreamProtocolError
+from proxy.passthrough.http1 import Answer, UpstreamProtocolError, standard_phrase
 
 if TYPE_CHECKING:
     from proxy.passthrough.gate import Gate
@@ -280,7 +279,7 @@ class ExpressLane:
                 lines.append(b"Transfer-Encoding: chunked")
             if b"content-type" not in present and not _empty(answer.raw_headers):
                 lines.append(b"Content-Type: application/octet-stream")
-        head: bytes | None = _response_head(status, answer.reason.encode("latin-1"), lines, present)
+        head: bytes | None = _response_head(status, answer.reason.encode("ascii"), lines, present)
         transport = connection.transport
         try:
             while chunk := await answer.read_chunk():
@@ -326,7 +325,7 @@ class ExpressLane:
         lines.extend(stamp_lines(set(), request_id))
         self._metrics.observe_request(ROUTE_LABEL, error.status, time.perf_counter() - started)
         if transport is not None and not transport.is_closing():
-            transport.write(_response_head(error.status, _phrase(error.status).encode(), lines, set()) + body)
+            transport.write(_response_head(error.status, standard_phrase(error.status).encode(), lines, set()) + body)
             if error.closes_connection:
                 transport.close()
 
@@ -338,13 +337,6 @@ def _empty(fields: list[tuple[bytes, bytes]]) -> bool:
     """The answer says its body is empty (a Content-Length of 0, as aiohttp reads it)."""
     return any(name.lower() == b"content-length" and value.strip().isdigit() and int(value) == 0
                for name, value in fields)
-
-
-def _phrase(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return ""
 
 
 def _response_head(status: int, reason: bytes, lines: list[bytes], present: set[bytes]) -> bytes:

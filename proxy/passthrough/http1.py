@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import http
+import re
 import ssl
 import time
 from typing import AsyncIterable, Awaitable, Callable, TypeVar, cast
@@ -55,6 +57,8 @@ MAX_HEAD_BYTES = 64 * 1024
 # The API server's refusal of an upgrade is a Status of a few hundred bytes.
 MAX_REFUSAL_BYTES = 64 * 1024
 _P = TypeVar("_P", bound=asyncio.BaseProtocol)
+_PLAIN_REASON = re.compile(rb"[\t\x20-\x7e]*")
+"""A reason phrase relayed as sent: visible ASCII, spaces and tabs."""
 
 
 class UpstreamProtocolError(Exception):
@@ -114,6 +118,21 @@ def _framed_by_close(fields: list[tuple[bytes, bytes]]) -> bool:
         if lowered == b"transfer-encoding":
             codings.append(value)
     return not b",".join(codings).rstrip().lower().endswith(b"chunked")
+
+
+def reason_phrase(status: int, sent: bytes | bytearray) -> str:
+    """The reason phrase to relay: the API server's, or, when it holds a
+    control or non-ASCII byte (which no client needs, and aiohttp's writer
+    refuses on the full path), the standard one for the status. Pure."""
+    return sent.decode("ascii") if _PLAIN_REASON.fullmatch(sent) else standard_phrase(status)
+
+
+def standard_phrase(status: int) -> str:
+    """RFC 9110's reason phrase for `status`; empty for a code it does not name."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class Answer:
@@ -359,7 +378,7 @@ class _Connection(asyncio.Protocol):
             self._reason.clear()
             return
         answer.status = status
-        answer.reason = self._reason.decode("latin-1")
+        answer.reason = reason_phrase(status, self._reason)
         self._keep_alive = parser.should_keep_alive()
         self._until_close = status not in (204, 304) and _framed_by_close(answer.raw_headers)
         answer._headers_done()

@@ -168,6 +168,17 @@ async def test_status_reason_and_repeated_headers_arrive_as_sent(peer_pool) -> N
     assert await answer.read_chunk() == b""
 
 
+@pytest.mark.parametrize("reason", [b"Not\x01Here", b"Nicht gefunden \xfc", b"Not\x7fHere"])
+async def test_a_reason_with_a_control_or_non_ascii_byte_becomes_the_standard_one(  # type: ignore[no-untyped-def]
+        peer_pool, reason: bytes) -> None:
+    """aiohttp's writer refuses such a status line (a 500 on the full path);
+    no client needs the server's own words for a status it names."""
+    peer, pool = await peer_pool()
+    peer.scripts = [answering(b"HTTP/1.1 404 " + reason + b"\r\nContent-Length: 0\r\n\r\n")(peer)]
+    answer = await pool.request("GET", "/x", CIMultiDict(), timeout=5)
+    assert (answer.status, answer.reason) == (404, "Not Found")
+
+
 async def test_a_chunked_answer_is_read_whole_and_the_connection_kept(peer_pool) -> None:  # type: ignore[no-untyped-def]
     peer, pool = await peer_pool()
     chunked = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
