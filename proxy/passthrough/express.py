@@ -159,6 +159,9 @@ class ExpressLane:
         self._gate = gate
         self._drain = drain
         self._metrics = metrics
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The app's loop, once serving: asyncio's lookup of the running
+        loop makes a system call (getpid) each time."""
 
     def admit(self, buffer: bytes | bytearray) -> Admitted | Lend | _Incomplete | None:
         """What to do with the request at the start of `buffer`: answer it
@@ -211,13 +214,16 @@ class ExpressLane:
 
     def start(self, connection: Connection, admitted: Admitted) -> asyncio.Task[None]:
         """Answer an admitted GET in a task of its own, in flight for the drain from now."""
-        task = asyncio.get_running_loop().create_task(self._answer(connection, admitted))
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = loop.create_task(self._answer(connection, admitted, loop))
         self._drain.tasks.add(task)
         return task
 
-    async def _answer(self, connection: Connection, admitted: Admitted) -> None:
+    async def _answer(self, connection: Connection, admitted: Admitted, loop: asyncio.AbstractEventLoop) -> None:
         """Relay one admitted GET and write its answer to `connection`."""
-        task = asyncio.current_task()
+        task = asyncio.current_task(loop)
         assert task is not None
         drain = self._drain
         started = time.perf_counter()
