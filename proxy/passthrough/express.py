@@ -179,7 +179,7 @@ class ExpressLane:
         authorizations = body = 0
         singletons: set[bytes] = set()
         express = method == "GET" and target.startswith(KUBERNETES_PREFIX)
-        lines = []
+        lines: list[bytes] = []
         for name, value in fields:
             lowered = name.lower()
             if lowered in _SINGLETONS:
@@ -200,7 +200,7 @@ class ExpressLane:
             elif lowered in _NOT_EXPRESS:
                 express = False
             elif express and forwards_request_header(lowered):
-                lines.append(b"%s: %s\r\n" % (name, value))
+                lines += (name, b": ", value, b"\r\n")  # joined once below: cheaper than formatting each
         if b"host" not in singletons:
             return None  # HTTP/1.1 without Host: aiohttp's 400
         if (not express or body or not token or authorizations != 1 or self._drain.started_at is not None
@@ -263,7 +263,7 @@ class ExpressLane:
         target, fields, pool, timeout = admitted.ticket.decision.target, admitted.fields, relay.pool, relay.timeout
 
         def send(token: str) -> Awaitable[Answer]:
-            return pool.get(target, b"%sAuthorization: Bearer %s\r\n" % (fields, token.encode("ascii")),
+            return pool.get(target, b"".join((fields, b"Authorization: Bearer ", token.encode("ascii"), b"\r\n")),
                             timeout=timeout)
 
         return await relay.exchange(admitted.ticket, admitted.token, send, replayable=True)
