@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -74,8 +75,20 @@ async def error_of(response: Any) -> tuple[int, str]:
 
 
 async def tenant(gateway: Any) -> tuple[Session, dict[str, Any]]:
+    """A new user and their provisioned workspace, returned once this
+    gateway has heard the provisioning's workspace_changed event. Arriving
+    later, the event would cut a stream of the workspace the test opens
+    next, as any change to a workspace cuts the streams authorised while it
+    happened (proxy.passthrough.streams): a test must not race it."""
+    provisioned: set[str] = set()
+    gateway.server.app[keys.EVENTS].subscribe(
+        lambda message: provisioned.add(str(message.get("id"))) if message.get("status") == "provisioned" else None)
     user = await register_and_login(gateway)
-    return user, await user.init()
+    workspace = await user.init()
+    async with asyncio.timeout(10):
+        while workspace["id"] not in provisioned:
+            await asyncio.sleep(0.01)
+    return user, workspace
 
 
 def metric(text: str, name: str) -> float:
