@@ -29,7 +29,7 @@ from bench.rolling import rolling_restart, rolling_verdicts
 from bench.sso import preflight, print_sso, sso, sso_verdicts
 from bench.sso import settings as sso_settings
 from bench.stack import Stack, Tenant, run_load, temp_root
-from proxy.heap import TRIM_INTERVAL_SECONDS
+from proxy.server.heap import TRIM_INTERVAL_SECONDS
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 ROUNDS = 2 if QUICK else 5

@@ -44,7 +44,7 @@ import yaml
 from bench.paired_load import WARM_UP
 from bench.stack import Stack, run_load, stop_process, temp_root
 from devstack.keycloak import LocalKeycloak, ensure_distribution, java_home, start_keycloak
-from proxy.client import store
+from proxy.cli.client import store
 
 REALM, USER = "org-a", "bob"
 CLI = Path(sys.executable).with_name("tenant-gateway")

@@ -166,7 +166,7 @@ class Stack:
         }
         if source is not None:
             env["PYTHONPATH"] = str(source)  # ahead of the editable install of the working tree
-        command = [*wrapper, sys.executable, "-c", "from proxy.cli import main; main()", "serve"]
+        command = [*wrapper, sys.executable, "-c", "from proxy.cli.server import main; main()", "serve"]
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=self.root,
                                    stderr=open(self.root / f"{name}.log", "wb"))
         return f"https://127.0.0.1:{port}", process

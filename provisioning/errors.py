@@ -94,7 +94,7 @@ class EventsUnavailable(ServiceUnavailable):
 
 
 class ShuttingDown(ServiceUnavailable):
-    """This replica is stopping (proxy.draining): the answer to a request the
+    """This replica is stopping (proxy.http.draining): the answer to a request the
     drain refuses, and to a stream the stop ended before its answer began.
     The retry comes on a new connection, which a load balancer sends to a
     replica that is not stopping."""
@@ -106,7 +106,7 @@ class ShuttingDown(ServiceUnavailable):
 
 class StoppedMidRequest(ShuttingDown):
     """A request still running when the drain time was up, cancelled before
-    its answer began (proxy.draining): whether it took effect is unknown,
+    its answer began (proxy.http.draining): whether it took effect is unknown,
     so no retry is suggested."""
 
     message = "this gateway replica stopped before the request finished; it may or may not have taken effect"

@@ -1,14 +1,14 @@
 """The application factory: wiring only.
 
 `create_app` builds the app from its parts and nothing else: the front
-middleware and response hook (proxy.front), the routes, the pass-through
+middleware and response hook (proxy.server.front), the routes, the pass-through
 gate (proxy.passthrough.gate), and one cleanup context per long-lived
 resource, listed in the order they start (they stop in reverse): identity
 providers, database, the rate-limit counters' sweeper, event listener and
 sessions, the gateway's Kubernetes client, the audit writer, the
 pass-through's upstream, tenant tokens, open streams, the gate's workspace
 directory, the heap trimmer, the metrics listener. Tests build the very same app. Each stop is bounded by what is
-left of the stop's deadline (proxy.draining), so a database or API server
+left of the stop's deadline (proxy.http.draining), so a database or API server
 that is gone cannot hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 """
 
@@ -30,25 +30,25 @@ from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from provisioning.kube.tokens import request_token
 from provisioning.models import IssuedToken
-from proxy import keys, openapi
+from proxy import keys
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
-from proxy.draining import Drain
-from proxy.front import answer_expect, front_middleware, response_hook
-from proxy.heap import HeapTrimmer, glibc_malloc_trim
-from proxy.metrics import Metrics
-from proxy.metrics_listener import metrics_listener
+from proxy.http.draining import Drain
+from proxy.http.metrics import Metrics
 from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
+from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
 from proxy.passthrough.upstream import Upstream
-from proxy.ratelimit import CounterSweeper
-from proxy.routes import accounts, console, device, health, sso, workspaces
+from proxy.routes import accounts, console, device, health, openapi, sso, workspaces
+from proxy.routes.ratelimit import CounterSweeper
+from proxy.server.front import answer_expect, front_middleware, response_hook
+from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
+from proxy.server.metrics_listener import metrics_listener
 from proxy.settings import Settings
-from proxy.token_cache import TenantTokenCache, TokenKey
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     tokens = TenantTokenCache(fetch_token, refresh_margin_seconds=settings.proxy_token_refresh_margin_seconds,
                               clock=clock, on_hit=metrics.token_cache_hit,
                               on_fetch=lambda result: metrics.token_requests.labels(result=result).inc())
-    gate = Gate(settings.cors_origins)
+    gate = Gate(settings.cors_origins, settings.trusted_proxies)
     app[keys.EXPRESS] = ExpressLane(gate, drain, metrics)
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:

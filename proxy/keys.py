@@ -10,8 +10,8 @@ from provisioning.events import EventListener
 from provisioning.kube.client import KubeClient
 from proxy.auth.authenticating import Authenticator, Principal
 from proxy.auth.oidc_registry import OIDCRegistry
-from proxy.draining import Drain
-from proxy.metrics import Metrics
+from proxy.http.draining import Drain
+from proxy.http.metrics import Metrics
 from proxy.passthrough.express import ExpressLane
 from proxy.passthrough.upstream import Upstream
 from proxy.settings import Settings
@@ -29,9 +29,9 @@ AUDIT = web.AppKey("audit", AuditWriter)
 UPSTREAM = web.AppKey("upstream", Upstream)
 """The pass-through's own client to the API server: it carries tenant tokens only."""
 EXPRESS = web.AppKey("express", ExpressLane)
-"""The express lane (proxy.passthrough.express), which proxy.front's connections use."""
+"""The express lane (proxy.passthrough.express), which proxy.server.front's connections use."""
 DRAIN = web.AppKey("drain", Drain)
-"""The graceful stop's state and deadline (proxy.draining)."""
+"""The graceful stop's state and deadline (proxy.http.draining)."""
 METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")
 """Where the metrics listener is bound (host, port), once the app has started."""
 PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)

@@ -162,10 +162,10 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     from aiohttp.test_utils import TestServer
 
     from proxy.app import create_app, handler_args
-    from proxy.front import GatewayRunner
+    from proxy.server.connection import GatewayRunner
 
     class GatewayTestServer(TestServer):
-        """Served as `serve` serves it (proxy.front.GatewayRunner)."""
+        """Served as `serve` serves it (proxy.server.connection.GatewayRunner)."""
 
         async def _make_runner(self, **kwargs: Any) -> GatewayRunner:
             return GatewayRunner(self.app, **kwargs)

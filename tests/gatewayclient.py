@@ -7,11 +7,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from aiohttp.test_utils import TestClient
 
-from proxy.cli import create_user
 from proxy import keys
-import aiohttp
+from proxy.cli.server import create_user
 
 PASSWORD = "correct horse battery staple"
 

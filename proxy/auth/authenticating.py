@@ -31,7 +31,7 @@ from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.auth.oidc_registry import OIDCRegistry, admit
 from proxy.auth.oidc_tokens import InvalidIdToken
-from proxy.expiring import ExpiringMap
+from proxy.http.expiring import ExpiringMap
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _ID_TOKEN_SESSIONS = uuid.UUID("5b0e1f1c-4a52-4d63-9c55-0e6a2f7b7e01")

@@ -34,7 +34,7 @@ from provisioning.errors import ServiceUnavailable, Unauthenticated
 from proxy.auth import oidc_tokens
 from proxy.auth.oidc_providers import OIDCProvider, is_secure_url
 from proxy.auth.oidc_tokens import Identity, InvalidIdToken
-from proxy.bodies import read_at_most
+from proxy.http.bodies import read_at_most
 
 MAX_RESPONSE_BYTES = 1024 * 1024
 

@@ -7,7 +7,7 @@ bearer token) -> the workspace must be usable by the caller
 before anything leaves the process -> the decision becomes an immutable
 Ticket (ticket) -> the relay for it (relaying for HTTP, websockets for
 exec/attach/port-forward) gets the Ticket and the relay service (relay):
-a cached tenant token is attached (proxy.token_cache), the request sent,
+a cached tenant token is attached (proxy.passthrough.token_cache), the request sent,
 and an upstream failure mapped to the error tree in one place (upstream).
 
 Trust boundaries: the client's identity headers never travel upstream

@@ -24,16 +24,16 @@ from provisioning import access
 from provisioning.errors import BadRequest, EventsUnavailable, Forbidden, GatewayError
 from provisioning.events import EventListener
 from proxy.auth.authenticating import Authenticator
-from proxy.errors import KUBERNETES_PREFIX
+from proxy.http.errors import KUBERNETES_PREFIX
+from proxy.http.requests import client_ip, public_origin, uuid_from
 from proxy.passthrough.headers import is_spdy_upgrade
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.relaying import relay_http, relay_namespace_list
 from proxy.passthrough.routing import classify
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.ticket import Ticket
+from proxy.passthrough.token_cache import TokenKey
 from proxy.passthrough.websockets import relay_websocket
-from proxy.routes.common import client_ip, public_origin, uuid_from
-from proxy.token_cache import TokenKey
 
 # What kubectl prints for a SPDY exec, attach, cp or port-forward. kubectl
 # also falls back to SPDY when its WebSocket upgrade is refused (by the API
@@ -71,8 +71,9 @@ class Gate:
     exist (`open`), and held here rather than looked up through the request
     and the app for every request."""
 
-    def __init__(self, cors_origins: tuple[str, ...]) -> None:
+    def __init__(self, cors_origins: tuple[str, ...], trusted_proxies: frozenset[str]) -> None:
         self.cors_origins = cors_origins
+        self.trusted_proxies = trusted_proxies
         self.authenticator: Authenticator
         self.directory: WorkspaceDirectory
         self.relay: Relay
@@ -109,7 +110,7 @@ class Gate:
             raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
         ticket = Ticket(who, workspace, decision, request.method,
                         TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
-                        lambda: client_ip(request), cuts_seen)
+                        lambda: client_ip(request, self.trusted_proxies), cuts_seen)
         if decision.action == "own_namespace_list":  # answered here, never an upgrade
             return await relay_namespace_list(request, ticket, relay)
         websocket = upgrade and headers.get("Upgrade", "").lower() == "websocket"
@@ -159,5 +160,5 @@ class Gate:
         if not via_cookie:
             return
         origin = request.headers.get("Origin")
-        if origin is None or (origin != public_origin(request) and origin not in self.cors_origins):
+        if origin is None or (origin != public_origin(request, self.trusted_proxies) and origin not in self.cors_origins):
             raise Forbidden("WebSocket upgrades with a session cookie need an allowed Origin", code="origin_refused")

@@ -40,7 +40,7 @@ _REQUEST_DROPPED = HOP_BY_HOP | {
     # the tenant must not choose (or collide) ids in the cluster's audit log.
     # The API server makes its own and answers with it.
     "audit-id",
-    # Met here (proxy.front.answer_expect) before the body is read, so no concern of the API server's.
+    # Met here (proxy.server.front.answer_expect) before the body is read, so no concern of the API server's.
     "expect",
 }
 # sec-websocket-*: the client library writes the whole handshake itself (Key,

@@ -14,12 +14,12 @@ from __future__ import annotations
 from typing import Awaitable, Callable
 
 from provisioning.audit import AuditWriter
-from proxy.metrics import Metrics
+from proxy.http.metrics import Metrics
 from proxy.passthrough.http1 import Answer
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.ticket import Ticket
+from proxy.passthrough.token_cache import TenantTokenCache
 from proxy.passthrough.upstream import SEND_FAILURES, Upstream, send_failed
-from proxy.token_cache import TenantTokenCache
 
 
 class Relay:

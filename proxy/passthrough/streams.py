@@ -22,7 +22,7 @@ to end one:
   taking its slot, its token, the exec's audit row, or awaiting the API
   server's head or 101) has nothing to end cleanly: `track` answers it, and
   any stream opened after `end_all`, with the drain's 503 `shutting_down`
-  (proxy.draining), so the client retries elsewhere rather than see its
+  (proxy.http.draining), so the client retries elsewhere rather than see its
   connection closed without an answer.
 
 `track` registers a stream and then takes one of its workspace's slots
@@ -42,17 +42,17 @@ since that the ones it missed are no longer kept).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import uuid
-import collections
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Iterator
 
 from aiohttp import web
 
 from provisioning.errors import ShuttingDown
-from proxy.metrics import Metrics
+from proxy.http.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
 
 _ENDING = "the gateway is shutting down"

@@ -23,7 +23,7 @@ from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.models import Workspace
-from proxy.expiring import ExpiringMap
+from proxy.http.expiring import ExpiringMap
 
 
 class WorkspaceDirectory:

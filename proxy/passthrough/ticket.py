@@ -13,7 +13,7 @@ from provisioning.models import AuditEvent, Workspace
 from proxy.auth.authenticating import Principal
 from proxy.passthrough.routing import Decision
 from proxy.passthrough.streams import Owner
-from proxy.token_cache import TokenKey
+from proxy.passthrough.token_cache import TokenKey
 
 
 class Ticket(NamedTuple):

@@ -12,10 +12,11 @@ from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
 from provisioning.models import AuditEvent
-from proxy import keys, ratelimit
+from proxy import keys
 from proxy.auth import passwords, sessions, signin
-from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, rate_address, read_json,
-                                 uuid_from)
+from proxy.http.requests import uuid_from
+from proxy.routes import ratelimit
+from proxy.routes.common import ID_SEGMENT, admin, bounded_string, client_ip, principal, rate_address, read_json
 
 routes = web.RouteTableDef()
 
@@ -72,7 +73,7 @@ async def login(request: web.Request) -> web.Response:
     found = await repo.user_with_hash_by_email(db, email.strip())
     # The email's count stops once the address is over its limit: an address
     # cycling through emails neither adds a row per email nor uses up
-    # someone else's allowance (proxy.ratelimit).
+    # someone else's allowance (proxy.routes.ratelimit).
     await ratelimit.enforce(db, app[keys.METRICS], settings.rate_login, {"login": rate_address(request)},
                             gated={"login-email": login_counter(found[0].id if found else None, email)})
     # Verify even for unknown emails: both failures take the same time.

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import uuid
 from typing import Any
 
 from aiohttp import web
 
-from provisioning.errors import (BadRequest, Forbidden, NotFound, PayloadTooLarge, RequestTimeout,
-                                 UnsupportedMediaType)
+from provisioning.errors import BadRequest, Forbidden, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from proxy import keys
-from proxy.addresses import client_address, is_host, public_scheme, rate_subject
 from proxy.auth.authenticating import Principal
-from proxy.bodies import read_at_most
+from proxy.http import requests
+from proxy.http.addresses import rate_subject
+from proxy.http.bodies import read_at_most
 
 # API bodies are tiny JSON objects; kubeconfig-sized bodies never come this way.
 MAX_JSON_BYTES = 64 * 1024
@@ -42,32 +41,18 @@ async def admin(request: web.Request) -> Principal:
     return found
 
 
-def _peer_host(request: web.Request) -> str | None:
-    peer = request.transport.get_extra_info("peername") if request.transport else None
-    return peer[0] if isinstance(peer, (tuple, list)) and peer else None
-
-
 def client_ip(request: web.Request) -> str | None:
-    return client_address(_peer_host(request), request.headers.getall("X-Forwarded-For", []),
-                          request.app[keys.SETTINGS].trusted_proxies)
+    return requests.client_ip(request, request.app[keys.SETTINGS].trusted_proxies)
 
 
 def rate_address(request: web.Request) -> str:
     """What every per-address rate limit counts for this request: the client's
-    address, an IPv6 /64 as one (proxy.addresses.rate_subject)."""
+    address, an IPv6 /64 as one (proxy.http.addresses.rate_subject)."""
     return rate_subject(client_ip(request))
 
 
 def public_origin(request: web.Request) -> str:
-    """The gateway's origin as the browser sees it, also behind a trusted
-    TLS-terminating proxy (which keeps the Host header)."""
-    host = request.host
-    if not is_host(host):
-        # It would end up in a kubeconfig, a redirect URI or a sign-in link.
-        raise BadRequest("the Host header is not a host name", code="invalid_host")
-    scheme = public_scheme(request.scheme, _peer_host(request), request.headers.get("X-Forwarded-Proto"),
-                           request.app[keys.SETTINGS].trusted_proxies)
-    return f"{scheme}://{host}"
+    return requests.public_origin(request, request.app[keys.SETTINGS].trusted_proxies)
 
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict[str, Any]:
@@ -111,20 +96,6 @@ def bounded_string(value: object, name: str, max_length: int, *, code: str) -> s
     if len(value) > max_length:
         raise BadRequest(f"{name} is longer than {max_length} characters", code=code)
     return value
-
-
-# Every proxied request names its workspace: parsed once per distinct id
-# (uuid.UUID parses in Python). Failures are not cached; the bound caps what
-# a client sending ever new ids can make it hold.
-_parse_uuid = functools.lru_cache(maxsize=1024)(uuid.UUID)
-
-
-def uuid_from(text: str | None, what: str) -> uuid.UUID:
-    """Parse the id of a resource from a path or query; a malformed id is simply not found."""
-    try:
-        return _parse_uuid(str(text))
-    except ValueError:
-        raise NotFound(f"no such {what}") from None
 
 
 def query_flag(request: web.Request, name: str) -> bool:

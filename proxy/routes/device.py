@@ -19,8 +19,9 @@ from aiohttp import web
 from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, GatewayError
 from provisioning.models import AuditEvent
-from proxy import keys, ratelimit
+from proxy import keys
 from proxy.auth import oidc_flow, signin
+from proxy.routes import ratelimit
 from proxy.routes.common import client_ip, principal, public_origin, rate_address, read_json
 from proxy.routes.sso import login_path
 

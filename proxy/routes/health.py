@@ -1,5 +1,5 @@
 """Liveness and readiness: unauthenticated, and cheap. (Metrics have a
-listener of their own: proxy/metrics_listener.py.)"""
+listener of their own: proxy/server/metrics_listener.py.)"""
 
 from __future__ import annotations
 

@@ -16,10 +16,11 @@ from aiohttp import web
 from provisioning.db import repositories as repo
 from provisioning.errors import GatewayError, Unauthenticated
 from provisioning.models import AuditEvent
-from proxy import keys, ratelimit
+from proxy import keys
 from proxy.auth import oidc_flow, signin
 from proxy.auth.oidc_registry import admit
 from proxy.auth.oidc_tokens import InvalidIdToken
+from proxy.routes import ratelimit
 from proxy.routes.common import client_ip, public_origin, rate_address
 
 routes = web.RouteTableDef()

@@ -11,10 +11,21 @@ from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden
 from provisioning.kubeconfig import render_exec_kubeconfig
 from provisioning.models import Workspace
-from proxy import keys, ratelimit
-from proxy.routes.common import (ID_SEGMENT, admin, bounded_string, client_ip, principal, public_origin, query_flag,
-                                 query_uuid, rate_address,
-                                 read_json, uuid_from)
+from proxy import keys
+from proxy.http.requests import uuid_from
+from proxy.routes import ratelimit
+from proxy.routes.common import (
+    ID_SEGMENT,
+    admin,
+    bounded_string,
+    client_ip,
+    principal,
+    public_origin,
+    query_flag,
+    query_uuid,
+    rate_address,
+    read_json,
+)
 
 routes = web.RouteTableDef()
 _MAX_TIER_NAME = 63  # a DNS label, as provisioning.tiers requires

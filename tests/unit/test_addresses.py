@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.addresses import client_address, is_host, rate_subject
-from proxy.ratelimit import retry_after
+from proxy.http.addresses import client_address, is_host, rate_subject
+from proxy.routes.ratelimit import retry_after
 from proxy.settings import RateLimit
 
 

@@ -1,4 +1,4 @@
-"""The command line's failures are one line, never a traceback (proxy.client.commands).
+"""The command line's failures are one line, never a traceback (proxy.cli.client.commands).
 
 Given a gateway that answers badly (a body cut short, JSON nested past the
 parser's stack, a device sign-in answer whose numbers are not numbers), when
@@ -23,8 +23,7 @@ from typing import Iterator
 
 import pytest
 
-from proxy.client import cached, commands, store
-
+from proxy.cli.client import cached, commands, store
 
 HANG = b""  # as a canned response: read the request, answer nothing until the server closes
 

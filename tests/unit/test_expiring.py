@@ -1,10 +1,10 @@
-"""The bounded expiring map behind the proxy's hot caches (proxy.expiring)."""
+"""The bounded expiring map behind the proxy's hot caches (proxy.http.expiring)."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.expiring import ExpiringMap
+from proxy.http.expiring import ExpiringMap
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from proxy.answer_headers import SET_BY_STAMP, stamp, stamp_lines
+from proxy.http.answer_headers import SET_BY_STAMP, stamp, stamp_lines
 from proxy.passthrough.headers import (
     downstream_response_headers,
     downstream_response_lines,
@@ -58,7 +58,7 @@ def names(out: CIMultiDict[str]) -> list[str]:
     ("Sec-WebSocket-Version", "13"),
     ("Sec-WebSocket-Extensions", "permessage-deflate"),
     ("Sec-WebSocket-Protocol", "v5.channel.k8s.io"),
-    ("Expect", "100-continue"),  # met by the gateway (proxy.front.answer_expect)
+    ("Expect", "100-continue"),  # met by the gateway (proxy.server.front.answer_expect)
     ("Audit-Id", "2f2a"),  # the id of an event in the cluster's audit log: the API server's to choose
 ])
 def test_never_sent_upstream(name: str, value: str) -> None:

@@ -1,4 +1,4 @@
-"""The heap trimmer (proxy.heap), against this process's own glibc heap."""
+"""The heap trimmer (proxy.server.heap), against this process's own glibc heap."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import gc
 import resource
 
-from proxy.heap import HeapTrimmer, glibc_malloc_trim
+from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
 
 PAGE = resource.getpagesize()
 

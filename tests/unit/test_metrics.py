@@ -1,11 +1,11 @@
-"""The hot path's tallies (proxy.metrics) render as prometheus_client's own counters and histogram would."""
+"""The hot path's tallies (proxy.http.metrics) render as prometheus_client's own counters and histogram would."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 
-from proxy.metrics import DURATION_BUCKETS, Metrics
+from proxy.http.metrics import DURATION_BUCKETS, Metrics
 
 
 def lines(text: bytes, prefix: str) -> list[str]:

@@ -236,7 +236,7 @@ ATTACKS = [
     ("GET", "/api/v1/nodes"),
     ("GET", "/api/v1/nodes/n1"),
     ("GET", "/api/v1/nodes/n1/proxy/"),
-    ("GET", "/api/v1/nodes/n1/proxy/metrics"),
+    ("GET", "/api/v1/nodes/n1/proxy/http/metrics"),
     ("GET", "/api/v1/pods"),
     ("GET", "/api/v1/secrets"),
     ("GET", "/api/v1/watch/pods"),
@@ -307,7 +307,7 @@ def test_decisions_are_frozen() -> None:
 
 @pytest.mark.parametrize("path", [
     "/api/v1/namespaces/tenant-a/pods/web/proxy",
-    "/api/v1/namespaces/tenant-a/pods/web/proxy/metrics",
+    "/api/v1/namespaces/tenant-a/pods/web/proxy/http/metrics",
     "/api/v1/namespaces/tenant-a/services/web:80/proxy/",
     "/api/v1/namespaces/tenant-a/services/https:web:443/proxy/admin",
 ])

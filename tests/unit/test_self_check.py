@@ -14,11 +14,18 @@ import pytest
 
 from provisioning.errors import GatewayError
 from provisioning.kube.errors import from_status
-from provisioning.permissions import (POLICIES, Permission, PermissionReport, probe_permissions, required_permissions,
-                                      rolebinding_unproven, shipped_policies)
-from proxy import cli
-from tests.unit.test_permissions import as_installed, shipped_review
+from provisioning.permissions import (
+    POLICIES,
+    Permission,
+    PermissionReport,
+    probe_permissions,
+    required_permissions,
+    rolebinding_unproven,
+    shipped_policies,
+)
+from proxy.cli import server as cli
 from proxy.settings import Settings
+from tests.unit.test_permissions import as_installed, shipped_review
 
 Handler = Callable[[str, str, Any, dict[str, str]], Awaitable[dict[str, Any]]]
 

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 import pytest
 
 from provisioning.errors import ShuttingDown
-from proxy.metrics import Metrics
+from proxy.http.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import Owner, StreamRegistry
 

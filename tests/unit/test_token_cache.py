@@ -1,4 +1,4 @@
-"""The proxy's token cache (proxy.token_cache), on clocks the test moves."""
+"""The proxy's token cache (proxy.passthrough.token_cache), on clocks the test moves."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import datetime
 import pytest
 
 from provisioning.models import IssuedToken
-from proxy.token_cache import TenantTokenCache, TokenKey
+from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
 
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
 HOUR = 3600.0

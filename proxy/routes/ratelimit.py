@@ -20,7 +20,7 @@ from provisioning.background import cancel_and_wait
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import DatabaseUnavailable, RateLimited
-from proxy.metrics import Metrics
+from proxy.http.metrics import Metrics
 from proxy.settings import RateLimit
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""`tenant-gateway serve | migrate | user create | check | reconcile | dev` (the server side; see proxy.command)."""
+"""`tenant-gateway serve | migrate | user create | check | reconcile | dev` (the server side; see proxy.cli)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from provisioning.reconciling import Reconciled, reconcile
 from provisioning.secrets import Secret
 from proxy.app import create_app, handler_args
 from proxy.auth import passwords
-from proxy.logs import configure_logging
-from proxy.serving import serve
+from proxy.http.logs import configure_logging
+from proxy.server.serving import serve
 from proxy.settings import Settings, SettingsError, settings_from_environment
 
 log = logging.getLogger("tenant_gateway")
@@ -303,7 +303,7 @@ def parser() -> argparse.ArgumentParser:
     for name, help_text in (("login", "sign in from the command line (device sign-in)"),
                             ("credential", "print a kubectl ExecCredential (kubectl's exec plugin)"),
                             ("logout", "end the stored command-line session and forget it")):
-        # Listed for --help; proxy.command runs them before this module is imported.
+        # Listed for --help; proxy.cli runs them before this module is imported.
         sub.add_parser(name, help=help_text, add_help=False)
     sub.add_parser("migrate", help="apply database migrations and exit")
     sub.add_parser("check", help="check the gateway's own Kubernetes permissions")

@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy import keys
-from proxy.front import GatewayRunner
+from proxy.server.connection import GatewayRunner
 from proxy.settings import Settings
 
 log = logging.getLogger("tenant_gateway")

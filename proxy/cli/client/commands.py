@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:
     import ssl
 
-from proxy.client import store
-from proxy.client.cached import LONGEST_LIFETIME, cached_token, exec_credential, now, parse_time
+from proxy.cli.client import store
+from proxy.cli.client.cached import LONGEST_LIFETIME, cached_token, exec_credential, now, parse_time
 
 _TIMEOUT = 30
 """Seconds for one whole exchange with the gateway, connection to last byte (not per read)."""

@@ -19,7 +19,7 @@ from typing import AsyncIterator, Callable
 from aiohttp import web
 
 from proxy import keys
-from proxy.metrics import CONTENT_TYPE_LATEST
+from proxy.http.metrics import CONTENT_TYPE_LATEST
 from proxy.settings import Settings
 
 routes = web.RouteTableDef()

@@ -93,7 +93,7 @@ def note_failure(error: GatewayError) -> None:
 def failure_answer(request: web.BaseRequest, error: Exception) -> web.Response:
     """The answer to what a handler raised; re-raises what is not ours to
     answer. Called from an `except` block (the front middleware's, in
-    proxy.front), so a bug is logged with its traceback."""
+    proxy.server.front), so a bug is logged with its traceback."""
     if isinstance(error, GatewayError):
         note_failure(error)
         return render(request, error)

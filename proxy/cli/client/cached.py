@@ -8,7 +8,7 @@ only the form kubectl's exec plugin runs, `credential --gateway URL
 --workspace ID` (the URL already as `https://host[:port]`), from a token
 still good; anything else (no cached token, an error to report, --help,
 another spelling of the arguments) gets None and goes to
-proxy.client.commands, which handles every case as before, from the start.
+proxy.cli.client.commands, which handles every case as before, from the start.
 The helpers the two share live here.
 """
 
@@ -61,7 +61,7 @@ def cached_token(entry: dict[str, Any], workspace: str) -> tuple[str, datetime.d
 
 
 def credentials_file(env: Mapping[str, str] | None = None) -> str:
-    """$XDG_CONFIG_HOME/tenant-gateway/credentials.json (proxy.client.store.credentials_path as a string)."""
+    """$XDG_CONFIG_HOME/tenant-gateway/credentials.json (proxy.cli.client.store.credentials_path as a string)."""
     env = os.environ if env is None else env
     base = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".config")
     return os.path.join(base, "tenant-gateway", "credentials.json")
@@ -93,7 +93,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _plain_origin(url: str) -> bool:
-    """`https://host[:port]` exactly: what proxy.client.commands would normalise to itself."""
+    """`https://host[:port]` exactly: what proxy.cli.client.commands would normalise to itself."""
     scheme, separator, rest = url.partition("://")
     return scheme == "https" and bool(separator) and bool(rest) and set(rest) <= _ORIGIN_CHARACTERS
 
@@ -111,7 +111,7 @@ def answer(argv: Sequence[str]) -> int | None:
             return None
         path = credentials_file()
         if directory_problem(os.path.dirname(path)):
-            return None  # proxy.client.commands says what is wrong
+            return None  # proxy.cli.client.commands says what is wrong
         gateways = read(path).get("gateways")
         entry = gateways.get(gateway) if isinstance(gateways, dict) else None
         if (not isinstance(entry, dict) or not isinstance(entry.get("session"), str)

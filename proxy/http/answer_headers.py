@@ -1,5 +1,5 @@
 """What every answer of the gateway carries, whichever way it was made
-(aiohttp's response hook in proxy.front, the express lane, the answers to
+(aiohttp's response hook in proxy.server.front, the express lane, the answers to
 what aiohttp cannot parse): its request id and the security headers."""
 
 from __future__ import annotations

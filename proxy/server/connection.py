@@ -1,153 +1,34 @@
-"""What every request and every response goes through, whatever its route:
-the front middleware (drain, request id, CORS preflight, the error
-rendering) and the response hook (request id, security headers, CORS,
-metrics), which proxy.app installs; and, for what aiohttp cannot parse as a
-request at all, the answer `GatewayRunner` gives in their place.
+"""The gateway's connections: aiohttp's connection handler and server,
+subclassed, and the runner that serves the app with them.
+
+This is the one module that reaches into aiohttp's server internals (an
+import contract keeps `aiohttp.web_protocol` here). What it relies on, each
+checked by tests/unit/test_aiohttp_internals.py so that an upgrade fails
+there, by name, and not in production:
+- RequestHandler's `data_received`, `_handle_request`, `_process_keepalive`,
+  `connection_lost` and `handle_error`, overridden;
+- its state `_buffer_paused`, `_force_close`, `_close`, `_loop`,
+  `_keepalive_timeout`, `_next_keepalive_close_time` and `transport`;
+- its flow control `_pause_reading_for_buffer`, `_resume_reading_for_buffer`
+  and `_drain_helper` (the express lane waits on the last);
+- web.Server's `_kwargs` and `_loop`, and AppRunner's `_make_server`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Awaitable, Callable
 
-from aiohttp import HttpVersion11, hdrs, web
+from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
-from multidict import istr
 
-from proxy import keys, logs
-from proxy.answer_headers import new_request_id, stamp
-from proxy.draining import Drain
-from proxy.errors import error_body, error_response, failure_answer
-from proxy.metrics import Metrics
+from proxy import keys
+from proxy.http.answer_headers import new_request_id, stamp
+from proxy.http.errors import error_body
 from proxy.passthrough.express import INCOMPLETE, MAX_HEAD_BYTES, Admitted, ExpressLane, Lend
-from proxy.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_CORS_METHODS = "GET, POST, PUT, PATCH, DELETE"
-_CORS_HEADERS = "Authorization, Content-Type, X-CSRF-Token"
-# What a page may read beyond the CORS-safelisted headers, exactly:
-# Retry-After (when to retry a 429 or 503, the gateway's or the API server's),
-# Warning (the API server's deprecation and admission warnings, which kubectl
-# prints and a UI should show), Audit-Id (the API server's id of the request
-# in the cluster's audit log) and X-Request-Id (the gateway's id of it in its
-# own log): what a user needs to act on an answer, or to report it.
-_CORS_EXPOSED = "Retry-After, Warning, Audit-Id, X-Request-Id"
-
-
-def _route_label(request: web.Request, known: dict[object, str]) -> str:
-    """The metrics label of the request's route; `known` keeps those of the
-    app's own routes (each is four property lookups away otherwise)."""
-    info = request.match_info
-    route = info.route if info is not None else None
-    label = known.get(route)
-    if label is not None:
-        return label
-    resource = route.resource if route is not None else None
-    if resource is None:
-        return "unmatched"  # no route (a 404), or a system route, made anew per request
-    label = known[route] = resource.canonical
-    return label
-
-
-def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse]]:
-    """What every request goes through, outermost first, as one coroutine
-    (three middlewares cost three on every request): the drain (a new
-    request during a stop is refused; those in flight are counted, and one
-    cancelled at the end of the drain still answers 503), the request id for
-    logs and responses, the CORS preflight answered before routing, and
-    every failure rendered as the contract's error (proxy.errors)."""
-    tasks = drain.tasks
-
-    @web.middleware
-    async def front(request: web.Request,
-                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if drain.started_at is not None:
-            refused = drain.refusal(request)
-            if refused is not None:
-                return refused
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)  # in flight, for the drain
-        try:
-            request_id = new_request_id()
-            request[keys.CONTEXT] = (request_id, time.perf_counter())
-            token = logs.request_id.set(request_id)
-            try:
-                if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-                    return _preflight(request)
-                try:
-                    return await handler(request)
-                except Exception as error:
-                    return failure_answer(request, error)
-            finally:
-                logs.request_id.reset(token)
-        except asyncio.CancelledError:
-            answer = drain.cancelled(request, task)
-            if answer is None:
-                raise
-            return answer
-        finally:
-            tasks.discard(task)
-            # Only while a stop waits for the drain: was this the last?
-            if drain.watched:
-                drain.settle(task)
-
-    return front
-
-
-async def answer_expect(request: web.Request) -> web.StreamResponse | None:
-    """The answer to an `Expect` header, which aiohttp asks each route for
-    before any middleware runs. Its default answers an expectation other
-    than 100-continue with a text/plain 417 that skips the contract's
-    error shape; this one answers in it. 100-continue is met as aiohttp
-    meets it: the client may send its body."""
-    if request.headers.get(hdrs.EXPECT, "").lower() == "100-continue":
-        if request.version == HttpVersion11:
-            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            request.writer.output_size = 0  # the answer itself is yet to start
-        return None
-    return error_response(request, 417, "expectation_failed", "the only expectation met here is 100-continue")
-
-
-def _preflight(request: web.Request) -> web.StreamResponse:
-    origin = request.headers.get("Origin", "")
-    if origin not in request.app[keys.SETTINGS].cors_origins:
-        return error_response(request, 403, "cors_origin_refused", "this origin may not call the gateway")
-    return web.Response(status=204, headers={
-        "Access-Control-Allow-Origin": origin,
-        "Access-Control-Allow-Credentials": "true",
-        "Access-Control-Allow-Methods": _CORS_METHODS,
-        "Access-Control-Allow-Headers": _CORS_HEADERS,
-        "Access-Control-Max-Age": "600",
-        "Vary": "Origin",
-    })
-
-
-def response_hook(settings: Settings, metrics: Metrics) -> Callable[[web.Request, web.StreamResponse], Awaitable[None]]:
-    """What runs for every response, streamed ones included, just before its
-    headers go out; bound to the app's settings and metrics once."""
-    cors_origins = settings.cors_origins
-    observe = metrics.observe_request
-    route_labels: dict[object, str] = {}
-
-    async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-        headers = response.headers
-        # Set by the front middleware (not on a request refused while draining).
-        context = request.get(keys.CONTEXT)
-        stamp(headers, context[0] if context is not None else None)
-        origin = request.headers.get(hdrs.ORIGIN)
-        if origin and origin in cors_origins:
-            headers["Access-Control-Allow-Origin"] = origin
-            headers["Access-Control-Allow-Credentials"] = "true"
-            headers["Access-Control-Expose-Headers"] = _CORS_EXPOSED
-            headers.add("Vary", "Origin")
-        observe(_route_label(request, route_labels), response.status,
-                time.perf_counter() - context[1] if context is not None else None)
-
-    return on_response_prepare
 
 
 class _RequestHandler(RequestHandler):

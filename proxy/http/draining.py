@@ -1,6 +1,6 @@
 """The first half of a graceful stop: refuse new work, let short work finish.
 
-On SIGTERM (see proxy.serving) `Drain.begin` runs: from then on `/readyz`
+On SIGTERM (see proxy.server.serving) `Drain.begin` runs: from then on `/readyz`
 and every new request are answered 503 with the contract's error
 `shutting_down` (and `Connection: close`, so the client's next attempt goes
 through the load balancer to another replica); open watches and exec
@@ -24,7 +24,7 @@ from typing import Callable
 from aiohttp import web
 
 from provisioning.errors import ShuttingDown, StoppedMidRequest
-from proxy.errors import render
+from proxy.http.errors import render
 
 # Requests cancelled at the end of the drain get this long to send their 503.
 _OVERDUE_SECONDS = 0.5
@@ -40,7 +40,7 @@ class Drain:
         self._clock = clock
         self.tasks: set[asyncio.Task[object]] = set()
         """The requests in flight, by task: the front middleware
-        (proxy.front) adds and discards its own, and calls `settle` once
+        (proxy.server.front) adds and discards its own, and calls `settle` once
         `watched`."""
         self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()

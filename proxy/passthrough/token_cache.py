@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, NamedTuple
 
 from provisioning.models import IssuedToken
-from proxy.expiring import ExpiringMap
+from proxy.http.expiring import ExpiringMap
 
 
 class TokenKey(NamedTuple):

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from proxy.client import cached
+from proxy.cli.client import cached
 
 
 class StoreError(Exception):
