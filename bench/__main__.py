@@ -1,7 +1,8 @@
 """`make bench`: the gateway against the physical limit (direct to the API
 server) and the peer baseline (`kubectl proxy`), measured side by side in one
 run, rounds interleaved and shuffled, every target acting as the same tenant
-ServiceAccount. Writes bench/results/<date>-<commit>.json and prints a table.
+ServiceAccount. Writes bench/results/latest.json, adds a row to
+bench/results/history.csv (bench/record.py) and prints a table.
 
 BENCH_QUICK=1 shrinks every workload (a smoke run, not a measurement).
 """
@@ -18,13 +19,13 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import aiohttp
 
 from bench.fairness import fair_share, fairness_verdicts
 from bench.pods import pod_streams, pod_verdicts
+from bench.record import record
 from bench.rolling import rolling_restart, rolling_verdicts
 from bench.sso import preflight, print_sso, sso, sso_verdicts
 from bench.sso import settings as sso_settings
@@ -37,7 +38,6 @@ SOAK_SECONDS = int(os.environ.get("BENCH_SOAK_SECONDS", "60" if QUICK else "600"
 MAX_WATCHES = int(os.environ.get("BENCH_MAX_WATCHES", "200" if QUICK else "2000"))
 HEAP_TRIM_WAIT = TRIM_INTERVAL_SECONDS + 5
 """Long enough after a burst closes for the gateway to have trimmed its heap once."""
-RESULTS = Path(__file__).with_name("results")
 
 
 def median(values: list[float]) -> float:
@@ -545,9 +545,8 @@ async def main() -> None:
     results["relays"] = relay_comparison(results)
     results["missing_references"] = stack.missing_references
     results["started"] = started.isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{started:%Y-%m-%d}-{commit}.json"
-    path.write_text(json.dumps(results, indent=2, default=str))
+    results["commit"] = commit
+    path = record(results)
     print_table(results)
     print(f"\nwritten: {path}")
 
