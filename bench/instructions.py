@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.__main__ import create_configmaps
+from bench.workloads.common import create_configmaps
 from bench.stack import Stack, Tenant, run_load, temp_root
 
 REQUESTS = 300

@@ -14,6 +14,7 @@ import os
 import ssl
 import sys
 import time
+from typing import Any, Callable, Coroutine
 
 import aiohttp
 
@@ -67,7 +68,10 @@ async def run(job: dict[str, object]) -> dict[str, object]:
     }
 
 
-def main() -> None:
+def serve(run: Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]) -> None:
+    """A load process's main (this one's and bench/paired_load.py's): one
+    JSON job on stdin, `run` on uvloop (when installed), one JSON result
+    on stdout. A job's "nice" lowers the process's priority first."""
     job = json.load(sys.stdin)
     if job.get("nice"):
         os.nice(int(job["nice"]))
@@ -78,6 +82,10 @@ def main() -> None:
     except ImportError:
         pass
     print(json.dumps(asyncio.run(run(job))))
+
+
+def main() -> None:
+    serve(run)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ two kinds of bearer token): one client, the two alternating in short blocks
 block. Background load on a shared machine then falls on both alike, which
 rounds of seconds each cannot promise, and the two blocks of each pair can
 be compared with each other (the per-block figures are in the result). A
-separate process, like bench/load.py; reads one JSON job on stdin, prints
-one JSON result.
+separate process, like bench/load.py (whose main it shares); reads one
+JSON job on stdin, prints one JSON result.
 
 job: {"url", "ca_file", "headers": {name: {header: value}} (two names), "pid" (the relay's),
       "blocks", "block_requests"}
@@ -15,16 +15,15 @@ result: {name: {"requests", "errors", "p50_ms", "p99_ms", "cpu_ms_per_request" (
 
 from __future__ import annotations
 
-import asyncio
-import json
 import ssl
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from bench.load import percentile, serve
 
 WARM_UP = 5
 """GETs per name before anything is timed (connection and TLS set-up)."""
@@ -41,11 +40,6 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, ValueError, IndexError):
             continue  # a thread that ended meanwhile
     return total / 1e9
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 async def run(job: dict[str, Any]) -> dict[str, Any]:
@@ -95,13 +89,7 @@ async def run(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:
-        pass
-    print(json.dumps(asyncio.run(run(json.load(sys.stdin)))))
+    serve(run)
 
 
 if __name__ == "__main__":

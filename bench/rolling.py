@@ -22,7 +22,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.stack import Stack, Tenant, free_port, start_nginx, wait_for_port
+from bench.stack import Stack, Tenant, start_nginx, wait_for_port
+from devstack.processes import free_port
 
 
 def nginx_binary() -> str:

@@ -2,7 +2,7 @@
 llhttp (httptools) to read the answers, and nothing else.
 
 Why not aiohttp's client: replacing it took 28 % off the instructions the
-gateway spends on a proxied GET (bench/README.md), all of it the client's
+gateway spends on a proxied GET (bench/HISTORY.md), all of it the client's
 generality (a ClientRequest, a ClientResponse, timers, traces, cookie,
 proxy and default-header handling for every request). The relay needs none of that: one upstream,
 requests whose every part the gate has already checked, and answers passed

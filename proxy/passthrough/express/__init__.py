@@ -2,7 +2,7 @@
 
 Why: aiohttp's server costs more per request than the whole of Go's reverse
 proxy on the same machine (a Request, a StreamWriter, a task, the router,
-the middleware and the response objects for every GET; bench/README.md,
+the middleware and the response objects for every GET; bench/HISTORY.md,
 "The express lane"). The commonest request of all, kubectl's or a client
 library's GET with a bearer token, needs none of it once the gate's
 decision is cached.

@@ -1,0 +1,70 @@
+"""bench/record.py: a run's results become latest.json and one row of
+history.csv. Pure (a temporary directory only)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.record import COLUMNS, history_row, record
+
+
+def _result(**extra: Any) -> dict[str, Any]:
+    return {
+        "started": "2026-11-26T15:25:59.530331+00:00", "commit": "4ea5d37", "quick": False,
+        "idle_rss_mib": 64.44921875,
+        "small_get": {
+            "c1": {"direct": {"p50_ms": 1.75, "rps": 500.0}, "gateway": {"p50_ms": 2.2, "rps": 400.0}},
+            "c32": {"direct": {"rps": 1400.0}, "gateway": {"rps": 1288.0, "cpu_ms_per_request": 0.30333333333333307},
+                    "kubectl-proxy": {"rps": 1200.0}},
+        },
+        "issuance": {"gateway": {"rate": 150.0, "p99_ms": 84.16135900006338}, "raw": {"rate": 300.0}},
+        "verdicts": [{"target": "a", "measured": "1", "ok": True}, {"target": "b", "measured": "2", "ok": False}],
+        **extra,
+    }
+
+
+def test_the_row_holds_the_run_s_headline_figures_and_leaves_missing_ones_empty() -> None:
+    row = history_row(_result())
+    assert list(row) == list(COLUMNS)
+    assert row["started_utc"] == "2026-11-26T15:25" and row["commit"] == "4ea5d37" and row["run"] == "full"
+    assert row["c1_p50_vs_direct"] == "1.257"  # 2.2 / 1.75
+    assert row["c32_rps_vs_direct"] == "0.92" and row["c32_rps_vs_kubectl_proxy"] == "1.073"
+    assert row["cpu_ms_per_get"] == "0.3033" and row["idle_rss_mib"] == "64.45"
+    assert row["issuance_vs_raw"] == "0.5" and row["issuance_p99_ms"] == "84.16"
+    assert row["verdicts_met"] == "1" and row["verdicts_total"] == "2"
+    # This run had no floor relay, pods, fair share or SSO workload.
+    for missing in ("floor_cpu_ms_per_get", "exec_p50_vs_direct", "flood_p99_vs_idle", "sso_p50_vs_session",
+                    "list_identity_vs_direct", "kib_rss_per_watch"):
+        assert row[missing] == ""
+
+
+def test_a_full_run_writes_latest_json_and_appends_a_row(tmp_path: Path) -> None:
+    first, second = _result(), _result(commit="abcdef0")
+    assert record(first, tmp_path) == tmp_path / "latest.json"
+    record(second, tmp_path)
+    assert json.loads((tmp_path / "latest.json").read_text()) == second
+    with (tmp_path / "history.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["commit"] for r in rows] == ["4ea5d37", "abcdef0"]
+    assert rows[1] == history_row(second)
+
+
+def test_a_smoke_run_leaves_latest_json_and_the_history_alone(tmp_path: Path) -> None:
+    record(_result(), tmp_path)
+    assert record(_result(quick=True, commit="smoke00"), tmp_path) == tmp_path / "latest-quick.json"
+    assert json.loads((tmp_path / "latest.json").read_text())["commit"] == "4ea5d37"
+    assert "smoke00" not in (tmp_path / "history.csv").read_text()
+
+
+def test_a_history_with_other_columns_is_rewritten_keeping_its_rows(tmp_path: Path) -> None:
+    (tmp_path / "history.csv").write_text("started_utc,commit,retired_figure\n2026-11-20T10:00,0000000,7\n")
+    record(_result(), tmp_path)
+    with (tmp_path / "history.csv").open(newline="") as f:
+        reader = csv.DictReader(f)
+        assert list(reader.fieldnames or []) == [*COLUMNS, "retired_figure"]
+        old, new = list(reader)
+    assert old["commit"] == "0000000" and old["retired_figure"] == "7" and old["run"] == ""
+    assert new["commit"] == "4ea5d37" and new["retired_figure"] == ""
