@@ -23,7 +23,7 @@ import yaml
 from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import DEFAULT_TIERS, Tier, parse_tiers
 from proxy.addresses import canonical, is_host
-from proxy.auth.oidc_providers import OIDCProvider, ProviderConfigError, parse_providers
+from proxy.settings.providers import OIDCProvider, ProviderConfigError, parse_providers
 
 MAX_TOKEN_TTL_SECONDS = 7200
 # The API server refuses TokenRequests shorter than this (422).
