@@ -178,7 +178,8 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
         import yaml
 
         merged = {**gateway_env, **env}
-        settings = load_settings(merged, providers_text=yaml.safe_dump(oidc_providers) if oidc_providers else None)
+        providers = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
+        settings = load_settings(merged, file_texts=providers)
         seams = {"clock": clock} if clock is not None else {}
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
         server = GatewayTestServer(app, scheme="https")

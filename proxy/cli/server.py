@@ -238,7 +238,7 @@ def _with_keycloak(settings: Settings) -> tuple[Settings, Callable[[], None]]:
     print("starting Keycloak (two organisations: org-a, org-b); its JVM takes a minute or two...", flush=True)
     try:
         keycloak = start_keycloak(settings.data_dir.resolve() / "keycloak", redirect_uris=(
-            f"http://{settings.listen_host}:{settings.listen_port}/*", "http://127.0.0.1:*", "https://127.0.0.1:*"))
+            f"http://{settings.listen}/*", "http://127.0.0.1:*", "https://127.0.0.1:*"))
     except KeycloakStartError as error:
         _fail(str(error).splitlines()[0], 1)
     providers = parse_providers([keycloak.provider_config(spec.name) for spec in keycloak.realms])
@@ -268,7 +268,7 @@ def _dev(settings: Settings, args: argparse.Namespace) -> int:
         if settings.tls_cert_file is None:
             # kubectl sends no token over plain HTTP, and session cookies are
             # Secure: the dev gateway serves HTTPS, from the local cluster's CA.
-            hosts = tuple(dict.fromkeys((settings.listen_host, "127.0.0.1", "localhost")))
+            hosts = tuple(dict.fromkeys((settings.listen.host, "127.0.0.1", "localhost")))
             cert, key = cluster.serving_certificate("dev-gateway", hosts)
             settings = dataclasses.replace(settings, tls_cert_file=cert, tls_key_file=key)
             trust = f"its CA (for curl --cacert, kubectl --certificate-authority, or a browser): {cluster.ca_file}\n"
@@ -282,7 +282,7 @@ def _dev(settings: Settings, args: argparse.Namespace) -> int:
         except GatewayError:
             print(f"\nadmin {admin_email} exists already (password printed on the first run)\n", flush=True)
         print(f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
-              f"gateway and its web console: https://{settings.listen_host}:{settings.listen_port}/\n{trust}",
+              f"gateway and its web console: https://{settings.listen}/\n{trust}",
               flush=True)
         return cmd_serve(settings, args)
     finally:

@@ -46,7 +46,7 @@ def metrics_listener(settings: Settings) -> Callable[[web.Application], AsyncIte
         runner = web.AppRunner(listener, access_log=None, handle_signals=False)
         await runner.setup()
         try:
-            await web.TCPSite(runner, settings.metrics_host, settings.metrics_port).start()
+            await web.TCPSite(runner, settings.metrics_listen.host, settings.metrics_listen.port).start()
             host, port = runner.addresses[0][:2]
             app[keys.METRICS_ADDRESS] = (str(host), int(port))
             yield

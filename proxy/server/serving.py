@@ -86,9 +86,9 @@ async def serve(app: web.Application, settings: Settings, tls: ssl.SSLContext | 
                            handler_cancellation=True, **server_args)
     try:
         await runner.setup()  # the cleanup contexts' start: what did start is closed again below
-        site = web.TCPSite(runner, settings.listen_host, settings.listen_port, ssl_context=tls)
+        site = web.TCPSite(runner, settings.listen.host, settings.listen.port, ssl_context=tls)
         await site.start()
-        log.info("serving", extra={"listen": f"{settings.listen_host}:{settings.listen_port}", "tls": tls is not None})
+        log.info("serving", extra={"listen": str(settings.listen), "tls": tls is not None})
         await stop.wait()
         finished = await drain.wait_idle()
         log.info("drained" if finished else "drain time is up; cancelling what still runs",

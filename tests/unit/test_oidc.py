@@ -155,7 +155,7 @@ PROVIDERS_YAML = yaml.safe_dump([{"name": "org-a", "issuer": ISSUER, "client_id"
 
 
 def test_settings_read_providers_from_their_file_or_the_config_file() -> None:
-    from_file = load_settings({}, providers_text=PROVIDERS_YAML)
+    from_file = load_settings({}, file_texts={"GATEWAY_OIDC_PROVIDERS": PROVIDERS_YAML})
     assert [p.name for p in from_file.oidc_providers] == ["org-a"]
     assert from_file.oidc_providers[0].accepted_audiences == ("c",)
     assert "'***'" in repr(from_file.oidc_providers[0])
@@ -174,7 +174,7 @@ def test_settings_read_providers_from_their_file_or_the_config_file() -> None:
 ])
 def test_a_bad_provider_entry_stops_start_up_naming_the_field(entry: dict[str, Any], says: str) -> None:
     with pytest.raises(SettingsError, match=says):
-        load_settings({}, providers_text=yaml.safe_dump([entry]))
+        load_settings({}, file_texts={"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump([entry])})
 
 
 def test_an_exec_kubeconfig_holds_no_token() -> None:

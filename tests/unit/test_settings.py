@@ -1,22 +1,29 @@
 """Settings: the contract's defaults, every refusal, YAML and environment
-precedence, tiers files, and the Deployment's shutdown bounds. Pure."""
+precedence, tiers files, the Deployment's shutdown bounds, and each knob
+declared once on its field. Pure, but for the loading side's own tests."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
+import os
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from provisioning.tiers import SHARED_BOUNDS, parse_tiers
-from proxy.settings import VARIABLES, Settings, SettingsError, load_settings
+from proxy.settings import VARIABLES, HostPort, Settings, SettingsError, load_settings, settings_from_environment
+from proxy.settings.variables import declared, variable_of
 
 DB = {"GATEWAY_DATABASE_URL": "postgresql://u:p@db/gw", "GATEWAY_SESSION_SECRET": "x" * 32}
 
 
 def test_settings_defaults_follow_the_contract() -> None:
     settings = load_settings({})
-    assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 8080)
+    assert settings.listen == HostPort("127.0.0.1", 8080)
     assert settings.dev_mode and settings.token_ttl_seconds == 7200
     assert settings.tiers["basic"].hard == {"requests.cpu": "4", "limits.memory": "8Gi", **SHARED_BOUNDS}
     assert settings.tenant_clusterrole == "tenant-admin" and settings.cors_origins == ()
@@ -45,8 +52,6 @@ def test_settings_defaults_follow_the_contract() -> None:
     ({"GATEWAY_PUBLIC_SERVER": "http://api"}, "https://"),
     ({"GATEWAY_RATE_INIT": "lots"}, "COUNT/SECONDS"),
     ({"GATEWAY_TLS_CERT_FILE": __file__}, "go together"),
-    # Read only as serving starts: missing, they are a refusal now, not a traceback then.
-    ({"GATEWAY_TLS_CERT_FILE": "/nonexistent/tls.crt", "GATEWAY_TLS_KEY_FILE": __file__}, "is not a file"),
     # One line, not urlsplit's or int()'s traceback.
     ({"GATEWAY_PUBLIC_SERVER": "https://[api.example"}, "GATEWAY_PUBLIC_SERVER is not a URL"),
     ({"GATEWAY_PUBLIC_URL": "https://[gw.example"}, "GATEWAY_PUBLIC_URL is not a URL"),
@@ -74,7 +79,6 @@ def test_settings_defaults_follow_the_contract() -> None:
     # Kubeconfigs take printable ASCII only: every download would be a 500.
     ({"GATEWAY_PUBLIC_SERVER": "https://k\u00e4se.example"}, "printable ASCII"),
     ({"GATEWAY_PUBLIC_URL": "https://gw.example\n"}, "printable ASCII"),
-    ({"GATEWAY_PUBLIC_CA_FILE": "/nonexistent/ca.crt"}, "is not a file"),
     ({"GATEWAY_TENANT_CLUSTERROLE": "a/b"}, "name of a Kubernetes object"),
 ])
 def test_settings_refused(env: dict[str, str], words: str) -> None:
@@ -110,7 +114,7 @@ def test_a_database_url_asyncpg_reads_is_taken() -> None:
 def test_yaml_config_and_environment_precedence() -> None:
     config = "GATEWAY_LISTEN: 0.0.0.0:9000\nGATEWAY_CORS_ORIGINS: [https://a.example, https://b.example]\n"
     settings = load_settings({"GATEWAY_LISTEN": "127.0.0.1:7000"}, config)
-    assert settings.listen_port == 7000
+    assert settings.listen.port == 7000
     assert settings.cors_origins == ("https://a.example", "https://b.example")
     with pytest.raises(SettingsError):
         load_settings({}, "GATEWAY_NOPE: 1\n")
@@ -129,7 +133,7 @@ def test_yaml_config_and_environment_precedence() -> None:
 def test_a_yaml_mistake_is_told_by_where_it_is_never_by_the_line_that_may_hold_a_secret(
         config: str | None, providers: str | None, words: str) -> None:
     with pytest.raises(SettingsError) as not_yaml:
-        load_settings({}, config, providers_text=providers)
+        load_settings({}, config, {"GATEWAY_OIDC_PROVIDERS": providers} if providers else None)
     assert "Kq9sEcReT" not in str(not_yaml.value) and "\n" not in str(not_yaml.value)
     assert str(not_yaml.value).startswith(words)
 
@@ -187,10 +191,11 @@ def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
 
 def test_metrics_have_a_listener_of_their_own() -> None:
     settings = load_settings({})
-    assert (settings.metrics_host, settings.metrics_port) == ("127.0.0.1", 9091)
+    assert settings.metrics_listen == HostPort("127.0.0.1", 9091)
     moved = load_settings({"GATEWAY_METRICS_LISTEN": "0.0.0.0:9100", "GATEWAY_LISTEN": "0.0.0.0:9091"})
-    assert (moved.metrics_host, moved.metrics_port, moved.listen_port) == ("0.0.0.0", 9100, 9091)
-    assert load_settings({"GATEWAY_METRICS_LISTEN": "127.0.0.1:0", "GATEWAY_LISTEN": "127.0.0.1:0"}).metrics_port == 0
+    assert (moved.metrics_listen, moved.listen.port) == (HostPort("0.0.0.0", 9100), 9091)
+    assert load_settings({"GATEWAY_METRICS_LISTEN": "127.0.0.1:0",
+                          "GATEWAY_LISTEN": "127.0.0.1:0"}).metrics_listen.port == 0
     for env in ({"GATEWAY_METRICS_LISTEN": "0.0.0.0:8080"}, {"GATEWAY_METRICS_LISTEN": "nowhere"},
                 {"GATEWAY_LISTEN": "127.0.0.1:9091"}):
         with pytest.raises(SettingsError):
@@ -248,9 +253,74 @@ def test_every_variable_is_declared_once_and_in_the_readme_table() -> None:
     declared = [variable.name for variable in VARIABLES]
     assert len(declared) == len(set(declared))
     assert sorted(_readme_variables()) == sorted(declared)
-    assert all(variable.why for variable in VARIABLES)
-    fields = [name for variable in VARIABLES for name in variable.fields]
-    assert len(fields) == len(set(fields)) and set(fields) <= set(Settings.__dataclass_fields__)
+
+
+def test_every_field_is_set_by_a_variable_of_its_own() -> None:
+    """One field, one variable: none without, none shared (as host and port once were)."""
+    names = [variable_of(field).name for field in dataclasses.fields(Settings)]
+    assert all(name.startswith("GATEWAY_") for name in names)
+    assert len(names) == len(set(names)) == len(VARIABLES)
+
+
+def test_every_field_says_why_in_its_docstring() -> None:
+    """The attribute docstring under each field is the one place for its why."""
+    source = ast.parse(textwrap.dedent(inspect.getsource(Settings)))
+    body = source.body[0]
+    assert isinstance(body, ast.ClassDef)
+    why: dict[str, str] = {}
+    for statement, following in zip(body.body, body.body[1:]):
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) \
+                and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+            why[statement.target.id] = str(following.value.value).strip()
+    undocumented = [field.name for field in dataclasses.fields(Settings) if not why.get(field.name)]
+    assert undocumented == []
+
+
+def test_a_field_declared_without_its_variable_is_refused() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Forgotten:
+        knob: int = 1
+
+    with pytest.raises(TypeError, match="knob is declared without setting"):
+        list(declared(Forgotten))
+
+
+def test_load_settings_never_touches_the_disk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files named, none there, and any look at the disk an error: load_settings still builds Settings."""
+    def no_disk(*args: object, **kwargs: object) -> None:
+        raise AssertionError("load_settings touched the disk")
+
+    for name in ("stat", "lstat", "is_file", "exists", "read_text", "open"):
+        monkeypatch.setattr(Path, name, no_disk)
+    monkeypatch.setattr(os, "stat", no_disk)
+    env = {**DB, "GATEWAY_CONFIG": "/nonexistent/gateway.yaml", "GATEWAY_PUBLIC_CA_FILE": "/nonexistent/ca.crt",
+           "GATEWAY_TLS_CERT_FILE": "/nonexistent/tls.crt", "GATEWAY_TLS_KEY_FILE": "/nonexistent/tls.key",
+           "GATEWAY_TIERS_FILE": "/nonexistent/tiers.yaml", "GATEWAY_KUBECONFIG": "/nonexistent/kubeconfig"}
+    settings = load_settings(env, "GATEWAY_LOG_LEVEL: debug\n",
+                             {"GATEWAY_TIERS_FILE": "small: {requests.cpu: '1'}\n"})
+    assert settings.public_ca_file == Path("/nonexistent/ca.crt") and settings.log_level == "DEBUG"
+    assert settings.config_file == Path("/nonexistent/gateway.yaml") and list(settings.tiers) == ["small"]
+
+
+@pytest.mark.parametrize("env", [
+    # Read only as serving starts: missing, they are a refusal now, not a traceback then.
+    {"GATEWAY_TLS_CERT_FILE": "/nonexistent/tls.crt", "GATEWAY_TLS_KEY_FILE": __file__},
+    {"GATEWAY_PUBLIC_CA_FILE": "/nonexistent/ca.crt"},
+])
+def test_files_read_later_must_be_there_at_start_up(env: dict[str, str]) -> None:
+    load_settings(env)  # pure: the disk is not its to check
+    with pytest.raises(SettingsError, match="is not a file"):
+        settings_from_environment(env)
+
+
+def test_the_environment_names_the_files_it_reads(tmp_path: Path) -> None:
+    (tmp_path / "gateway.yaml").write_text(f"GATEWAY_TIERS_FILE: {tmp_path / 'tiers.yaml'}\n"
+                                           f"GATEWAY_PUBLIC_CA_FILE: {__file__}\n")
+    (tmp_path / "tiers.yaml").write_text("small: {requests.cpu: '1'}\n")
+    settings = settings_from_environment({"GATEWAY_CONFIG": str(tmp_path / "gateway.yaml")})
+    assert list(settings.tiers) == ["small"] and settings.public_ca_file == Path(__file__)
+    with pytest.raises(SettingsError, match="GATEWAY_TIERS_FILE: cannot read"):
+        settings_from_environment({"GATEWAY_TIERS_FILE": str(tmp_path / "missing.yaml")})
 
 
 def test_timeouts_cache_lifetimes_and_pool_sizes_are_settings() -> None:

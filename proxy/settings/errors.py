@@ -1,0 +1,5 @@
+"""The one error the settings raise."""
+
+
+class SettingsError(ValueError):
+    """Configuration that must stop the gateway from starting."""
