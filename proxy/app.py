@@ -61,12 +61,14 @@ def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
 
 def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool = True,
                kube: KubeClient | None = None, upstream: Upstream | None = None,
-               clock: Callable[[], float] = time.monotonic) -> web.Application:
+               clock: Callable[[], float] = time.monotonic, express: bool = True) -> web.Application:
     """The test seams, for what a real component cannot be made to do on
     cue: `kube` replaces the gateway's own client and `upstream` the
     pass-through's client to the API server (the caller closes what it
     passes); `clock` is the monotonic clock of every cache (sessions,
-    workspaces, tenant tokens), so tests move time instead of waiting."""
+    workspaces, tenant tokens), so tests move time instead of waiting.
+    `express=False` serves every request on aiohttp's full path, so tests
+    can check that the express lane answers exactly as that path does."""
     drain = Drain(settings.shutdown_drain_seconds, settings.shutdown_timeout_seconds)
     app = web.Application(middlewares=[front_middleware(drain)], client_max_size=settings.max_body_bytes)
     app[keys.SETTINGS] = settings
@@ -83,7 +85,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                               clock=clock, on_hit=metrics.token_cache_hit,
                               on_fetch=lambda result: metrics.token_requests.labels(result=result).inc())
     gate = Gate(settings.cors_origins, settings.trusted_proxies)
-    app[keys.EXPRESS] = ExpressLane(gate, drain, metrics)
+    if express:
+        app[keys.EXPRESS] = ExpressLane(gate, drain, metrics)
 
     async def identity_providers(app: web.Application) -> AsyncIterator[None]:
         app[keys.OIDC] = registry = OIDCRegistry(settings.oidc_providers,

@@ -21,11 +21,6 @@ import contextlib
 import time
 from typing import Callable
 
-from aiohttp import web
-
-from provisioning.errors import ShuttingDown, StoppedMidRequest
-from proxy.http.errors import render
-
 # Requests cancelled at the end of the drain get this long to send their 503.
 _OVERDUE_SECONDS = 0.5
 # Still answered while draining.
@@ -39,9 +34,8 @@ class Drain:
         self.timeout_seconds = timeout_seconds
         self._clock = clock
         self.tasks: set[asyncio.Task[object]] = set()
-        """The requests in flight, by task: the front middleware
-        (proxy.server.front) adds and discards its own, and calls `settle` once
-        `watched`."""
+        """The requests in flight, by task: both request paths (the front
+        middleware and the express lane) `enter` and `leave` them here."""
         self._overdue: set[asyncio.Task[object]] = set()
         self._idle = asyncio.Event()
         """Set when nothing is in flight, once `wait_idle` watches: until
@@ -93,28 +87,31 @@ class Drain:
     def in_flight(self) -> int:
         return len(self.tasks)
 
-    def refusal(self, request: web.BaseRequest) -> web.Response | None:
-        """The 503 for a request that arrives during the drain, or None."""
-        if self.started_at is None or request.path in _ALWAYS:
-            return None
-        return render(request, ShuttingDown())
+    def refuses(self, path: str) -> bool:
+        """Whether a request for `path` that arrives now is refused (503
+        `shutting_down`): during the drain, all but liveness."""
+        return self.started_at is not None and path not in _ALWAYS
 
-    def settle(self, task: "asyncio.Task[object]") -> None:
-        """After `task` left, while `wait_idle` watches: idle if it was the last."""
-        self._overdue.discard(task)
-        if not self.tasks:
-            self._idle.set()
+    def enter(self, task: "asyncio.Task[object]") -> None:
+        """A request's task is in flight, for `wait_idle`."""
+        self.tasks.add(task)
 
-    def overdue(self, task: "asyncio.Task[object]") -> bool:
-        """Cancelled by `wait_idle` at the end of the drain (not by its client)."""
-        return task in self._overdue
+    def leave(self, task: "asyncio.Task[object]") -> None:
+        """A request's task has finished; while `wait_idle` watches, idle if it was the last."""
+        self.tasks.discard(task)
+        if self.watched:  # only while a stop waits (sets and clears on every request cost)
+            self._overdue.discard(task)
+            if not self.tasks:
+                self._idle.set()
 
-    def cancelled(self, request: web.BaseRequest, task: "asyncio.Task[object]") -> web.Response | None:
-        """On a request's CancelledError: the 503 it still owes if it was
-        cancelled at the end of the drain before its answer began (the
-        cancellation is then consumed), or None: not ours to answer, or the
-        answer has begun, so only a cut is left."""
-        if not self.overdue(task) or request.writer.output_size:
-            return None
+    def owes_refusal(self, task: "asyncio.Task[object]", *, began: bool) -> bool:
+        """On a request's CancelledError: True if `wait_idle` cancelled it at
+        the end of the drain before its answer `began`. The cancellation is
+        then consumed, and the caller answers 503 (StoppedMidRequest)
+        rather than leaving the client a cut connection. False otherwise:
+        not ours to answer (its client went away), or the answer has begun
+        and only a cut is left."""
+        if began or task not in self._overdue:
+            return False
         task.uncancel()
-        return render(request, StoppedMidRequest())
+        return True

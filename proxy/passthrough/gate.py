@@ -16,20 +16,21 @@ fits the request. A refused request never reaches the API server.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from aiohttp import web
 
 from provisioning import access
 from provisioning.errors import BadRequest, EventsUnavailable, Forbidden, GatewayError
 from provisioning.events import EventListener
-from proxy.auth.authenticating import Authenticator
-from proxy.http.errors import KUBERNETES_PREFIX
+from provisioning.models import Workspace
+from proxy.auth.authenticating import Authenticator, Principal
+from proxy.http.error_answers import KUBERNETES_PREFIX
 from proxy.http.requests import client_ip, public_origin, uuid_from
 from proxy.passthrough.headers import is_spdy_upgrade
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.relaying import relay_http, relay_namespace_list
-from proxy.passthrough.routing import classify
+from proxy.passthrough.routing import Decision, classify
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.token_cache import TokenKey
@@ -48,15 +49,25 @@ SPDY_REFUSED = (
 PREFIX = KUBERNETES_PREFIX
 
 
-def raw_tail(raw_target: str) -> tuple[str, str]:
-    """The path after /k8s/{id} and the query, exactly as sent (still
-    percent-encoded). Cut at the raw slashes: the router matched the route's
-    two segments with their escapes decoded (`%30` for `0`) but never a
-    slash's (`%2F`), so they are the first two raw segments, whatever their
-    length as sent. Pure."""
+ROUTE = PREFIX + "{workspace_id}/{tail:.*}"
+
+
+def split_target(raw_target: str) -> tuple[str, str, str]:
+    """The workspace segment, the path after it and the query of a
+    `/k8s/{id}/...` target, exactly as sent (still percent-encoded). Cut at
+    the raw slashes: the router matched the route's two segments with their
+    escapes decoded (`%30` for `0`) but never a slash's (`%2F`), so they are
+    the first two raw segments, whatever their length as sent. Pure."""
     raw_path, _, raw_query = raw_target.partition("?")
-    segments = raw_path.split("/", 3)  # "", "k8s", the workspace id, the rest
-    return ("/" + segments[3] if len(segments) == 4 else ""), raw_query
+    segments = raw_path.split("/", 3)  # "", "k8s", the workspace segment, the rest
+    segment = segments[2] if len(segments) > 2 else ""
+    return segment, ("/" + segments[3] if len(segments) == 4 else ""), raw_query
+
+
+def lane_takes(decision: Decision) -> bool:
+    """What the express lane answers itself once the gate has said yes: a
+    plain forward. Streams and the gateway's own answers take the full path."""
+    return decision.action == "forward" and not decision.long_running
 
 
 def _read_needs_no_address() -> str | None:
@@ -88,29 +99,48 @@ class Gate:
         self.is_open = True
 
     def add_routes(self, router: web.UrlDispatcher, **options: Any) -> None:
-        router.add_route("*", PREFIX + "{workspace_id}/{tail:.*}", self.handle, **options)
+        route = router.add_route("*", ROUTE, self.handle, **options)
         router.add_route("*", PREFIX + "{workspace_id}", self.handle, **options)
+        assert route.resource is not None
+        self.route_label = route.resource.canonical
+        """The metrics label of the route, as aiohttp names it (the express lane counts under it too)."""
+
+    def decide(self, who: Principal, workspace: Workspace | None, method: str, tail: str, query: str,
+               client_address: Callable[[], str | None], cuts_seen: int) -> Ticket:
+        """The gate's one decision, for both request paths: may `who` send
+        `method` to `tail?query` in `workspace`? The Ticket if so; the
+        refusal (a GatewayError) if not. Synchronous and from what the caller
+        read: the full path reads the caches or the database first, the
+        express lane its caches alone. A rule for every request belongs
+        here, so neither path can skip it."""
+        workspace = access.usable(who.user, workspace)
+        decision = classify(method, tail, query, workspace.namespace)
+        if decision.action == "deny":
+            raise Forbidden(decision.reason, code="outside_tenant")
+        return Ticket(who, workspace, decision, method,
+                      TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
+                      client_address, cuts_seen)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        """The full path: fill what is not cached, `decide`, then what only
+        this path serves (upgrades, streams, the namespace list), each with
+        the checks of its own."""
         relay = self.relay
         cuts_seen = relay.streams.cuts  # before the reads that authorise: a cut meanwhile still reaches a stream
         who = await self.authenticator.authenticate(request)
         workspace_id = uuid_from(request.match_info["workspace_id"], "workspace")
-        workspace = access.usable(who.user, self.directory.cached(workspace_id)
-                                  or await self.directory.get(workspace_id))
-        decision = classify(request.method, *raw_tail(request.raw_path), workspace.namespace)
-        if decision.action == "deny":
-            raise Forbidden(decision.reason, code="outside_tenant")
+        workspace = self.directory.cached(workspace_id) or await self.directory.get(workspace_id)
+        _, tail, query = split_target(request.raw_path)
+        ticket = self.decide(who, workspace, request.method, tail, query,
+                             lambda: client_ip(request, self.trusted_proxies), cuts_seen)
+        decision = ticket.decision
         headers = request.headers
         upgrade = "Upgrade" in headers
         if upgrade and is_spdy_upgrade(headers):
             # kubectl falls back to SPDY when its WebSocket is refused, and prints
             # only the fallback's answer: a full workspace must say so here too.
-            await relay.streams.require_room(workspace.id)
+            await relay.streams.require_room(ticket.workspace.id)
             raise BadRequest(SPDY_REFUSED, code="spdy_not_supported")
-        ticket = Ticket(who, workspace, decision, request.method,
-                        TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
-                        lambda: client_ip(request, self.trusted_proxies), cuts_seen)
         if decision.action == "own_namespace_list":  # answered here, never an upgrade
             return await relay_namespace_list(request, ticket, relay)
         websocket = upgrade and headers.get("Upgrade", "").lower() == "websocket"
@@ -124,35 +154,26 @@ class Gate:
         return await relay_http(request, ticket, relay)
 
     def express_ticket(self, target: str, token: str) -> Ticket | None:
-        """The Ticket of `GET target` with a bearer `token` when every part
-        of `handle`'s decision is cached and says yes, and the request is an
-        ordinary forward (no stream, no answer of the gateway's own); None
-        otherwise, and `handle` decides (and answers any refusal). The same
-        checks in the same order, without a coroutine: for the express lane
-        (proxy.passthrough.express), which declines what this declines."""
-        if not target.startswith(PREFIX):
-            return None
+        """`decide` for the express lane: the Ticket of `GET target` with a
+        bearer `token` when the caches hold every part of the decision, it
+        says yes, and the lane answers such a request (`lane_takes`). None
+        otherwise: the full path then decides again and answers, refusals
+        included. No coroutine."""
         principal = self.authenticator.cached_principal(token)
         if principal is None:
             return None
         cuts_seen = self.relay.streams.cuts
-        raw_path, _, raw_query = target.partition("?")
-        workspace_segment, slash, _ = raw_path[len(PREFIX):].partition("/")
-        if not slash or "{" in workspace_segment or "}" in workspace_segment:
+        segment, tail, query = split_target(target)
+        if not tail or "{" in segment or "}" in segment:
             return None  # the route's {workspace_id} takes no braces (aiohttp: 404), uuid.UUID would
         try:
-            cached = self.directory.cached(uuid_from(workspace_segment, "workspace"))
-            workspace = access.usable(principal.user, cached) if cached is not None else None
+            workspace = self.directory.cached(uuid_from(segment, "workspace"))
+            if workspace is None:
+                return None
+            ticket = self.decide(principal, workspace, "GET", tail, query, _read_needs_no_address, cuts_seen)
         except GatewayError:
             return None
-        if workspace is None:
-            return None
-        decision = classify("GET", raw_path[len(PREFIX) + len(workspace_segment):], raw_query, workspace.namespace)
-        if decision.action != "forward" or decision.long_running:
-            return None
-        return Ticket(principal, workspace, decision, "GET",
-                      TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
-                      _read_needs_no_address, cuts_seen)
+        return ticket if lane_takes(ticket.decision) else None
 
     def _check_upgrade_origin(self, request: web.Request, via_cookie: bool) -> None:
         """Browsers do not apply CORS to WebSocket handshakes: a cookie-borne

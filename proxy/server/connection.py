@@ -24,8 +24,9 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from proxy import keys
+from proxy.http import errors
 from proxy.http.answer_headers import new_request_id, stamp
-from proxy.http.errors import error_body
+from proxy.http.error_answers import error_answer
 from proxy.passthrough.express import INCOMPLETE, MAX_HEAD_BYTES, Admitted, ExpressLane, Lend
 
 log = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ class _RequestHandler(RequestHandler):
             log.info("request not understood", extra={
                 "request_id": request_id, "status": status, "fault": type(exc).__name__ if exc else None})
             code, text = "bad_request", "the request is not well-formed HTTP/1.1"
-        response = web.json_response(error_body(status, code, text, kubernetes=False), status=status)
+        response = errors.response(error_answer(status, code, text, kubernetes=False))
         stamp(response.headers, request_id)
         response.force_close()
         return response

@@ -14,11 +14,12 @@ from typing import Awaitable, Callable
 
 from aiohttp import HttpVersion11, hdrs, web
 
+from provisioning.errors import ShuttingDown, StoppedMidRequest
 from proxy import keys
 from proxy.http import logs
 from proxy.http.answer_headers import new_request_id, stamp
 from proxy.http.draining import Drain
-from proxy.http.errors import error_response, failure_answer
+from proxy.http.errors import error_response, failure_answer, render
 from proxy.http.metrics import Metrics
 from proxy.settings import Settings
 
@@ -57,18 +58,15 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
     cancelled at the end of the drain still answers 503), the request id for
     logs and responses, the CORS preflight answered before routing, and
     every failure rendered as the contract's error (proxy.http.errors)."""
-    tasks = drain.tasks
 
     @web.middleware
     async def front(request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        if drain.started_at is not None:
-            refused = drain.refusal(request)
-            if refused is not None:
-                return refused
+        if drain.refuses(request.path):
+            return render(request, ShuttingDown())
         task = asyncio.current_task()
         assert task is not None
-        tasks.add(task)  # in flight, for the drain
+        drain.enter(task)
         try:
             request_id = new_request_id()
             request[keys.CONTEXT] = (request_id, time.perf_counter())
@@ -83,15 +81,11 @@ def front_middleware(drain: Drain) -> Callable[..., Awaitable[web.StreamResponse
             finally:
                 logs.request_id.reset(token)
         except asyncio.CancelledError:
-            answer = drain.cancelled(request, task)
-            if answer is None:
+            if not drain.owes_refusal(task, began=request.writer.output_size > 0):
                 raise
-            return answer
+            return render(request, StoppedMidRequest())
         finally:
-            tasks.discard(task)
-            # Only while a stop waits for the drain: was this the last?
-            if drain.watched:
-                drain.settle(task)
+            drain.leave(task)
 
     return front
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from proxy.http.errors import error_body, status_reason
+from proxy.http.error_answers import error_body, status_reason
 from proxy.passthrough.gate import SPDY_REFUSED
 
 STATUS_KEYS = {"kind", "apiVersion", "metadata", "status", "message", "reason", "code"}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import time
 from typing import TYPE_CHECKING, Awaitable, Protocol
 
@@ -14,7 +13,7 @@ from provisioning.errors import GatewayError, StoppedMidRequest
 from proxy.http import logs
 from proxy.http.answer_headers import SET_BY_STAMP, new_request_id, stamp_lines
 from proxy.http.draining import Drain
-from proxy.http.errors import KUBERNETES_PREFIX, error_body, note_failure
+from proxy.http.error_answers import answer_to, note_failure
 from proxy.http.metrics import Metrics
 from proxy.passthrough.express.heads import Lend, _Incomplete, frame
 from proxy.passthrough.headers import downstream_response_lines
@@ -45,10 +44,6 @@ class Connection(Protocol):
     def writing_paused(self) -> bool: ...
 
     async def _drain_helper(self) -> None: ...
-
-
-ROUTE_LABEL = KUBERNETES_PREFIX + "{workspace_id}/{tail}"
-"""The metrics label of the gate's route, as aiohttp names it."""
 
 
 class ExpressLane:
@@ -87,7 +82,7 @@ class ExpressLane:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         task = loop.create_task(self._answer(connection, admitted, loop))
-        self._drain.tasks.add(task)
+        self._drain.enter(task)
         return task
 
     async def _answer(self, connection: Connection, admitted: Admitted, loop: asyncio.AbstractEventLoop) -> None:
@@ -110,20 +105,13 @@ class ExpressLane:
                 answer.close()
         except asyncio.CancelledError:
             transport = connection.transport
-            if admitted.began:  # only a cut can end it now (a clean end would pass a part as whole)
-                if transport is not None:
-                    transport.close()
+            if transport is None or not drain.owes_refusal(task, began=admitted.began):
+                if admitted.began and transport is not None:
+                    transport.close()  # only a cut can end it now (a clean end would pass a part as whole)
                 raise
-            # Cut at the end of the drain before the answer began: the 503 it
-            # owes (as proxy.http.draining.Drain.cancelled answers on the full path).
-            if transport is None or not drain.overdue(task):
-                raise
-            task.uncancel()
             self._write_error(connection, StoppedMidRequest(), request_id, started)
         finally:
-            drain.tasks.discard(task)
-            if drain.watched:
-                drain.settle(task)
+            drain.leave(task)
 
     async def _send(self, admitted: Admitted) -> Answer:
         """The GET as the tenant (Relay.exchange: a refused token replaced,
@@ -183,25 +171,22 @@ class ExpressLane:
     def _begin(self, admitted: Admitted, status: int, started: float) -> None:
         """The answer's head goes out now: counted once, as the full path counts at its `prepare`."""
         admitted.began = True
-        self._metrics.observe_request(ROUTE_LABEL, status, time.perf_counter() - started)
+        self._metrics.observe_request(self._gate.route_label, status, time.perf_counter() - started)
         self._metrics.express_answer()
 
     def _write_error(self, connection: Connection, error: GatewayError, request_id: str, started: float) -> None:
-        """The contract's error as the full path renders it on /k8s/ (proxy.http.errors)."""
+        """The contract's error as the full path renders it on /k8s/ (proxy.http.error_answers)."""
         note_failure(error)
+        answer = answer_to(error, kubernetes=True)
+        self._metrics.observe_request(self._gate.route_label, answer.status, time.perf_counter() - started)
         transport = connection.transport
-        body = json.dumps(error_body(error.status, error.code, error.message, kubernetes=True,
-                                     retry_after=error.retry_after)).encode()
-        lines = [b"Content-Type: application/json; charset=utf-8", b"Content-Length: %d" % len(body)]
-        if error.retry_after is not None:
-            lines.append(b"Retry-After: %d" % error.retry_after)
-        if error.closes_connection:
-            lines.append(b"Connection: close")
-        lines.extend(stamp_lines(set(), request_id))
-        self._metrics.observe_request(ROUTE_LABEL, error.status, time.perf_counter() - started)
         if transport is not None and not transport.is_closing():
-            transport.write(_response_head(error.status, standard_phrase(error.status).encode(), lines, set()) + body)
-            if error.closes_connection:
+            lines = [b"%s: %s" % (name.encode(), value.encode()) for name, value in answer.headers]
+            lines.append(b"Content-Length: %d" % len(answer.body))
+            lines.extend(stamp_lines(set(), request_id))
+            transport.write(_response_head(answer.status, standard_phrase(answer.status).encode(), lines, set())
+                            + answer.body)
+            if answer.closes_connection:
                 transport.close()
 
 

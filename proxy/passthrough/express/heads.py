@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from proxy.http.errors import KUBERNETES_PREFIX
+from proxy.http.error_answers import KUBERNETES_PREFIX
 from proxy.passthrough.headers import forwards_request_header
 
 # The request line and header section, each field on one line (no obs-fold),
