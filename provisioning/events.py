@@ -1,7 +1,8 @@
 """Cross-replica events over PostgreSQL LISTEN/NOTIFY.
 
-Writers call `repositories.notify` inside the transaction that changes state,
-so an event is delivered exactly when the change becomes visible. Each replica
+Table triggers send the events (migrations 0003 and 0004) inside the
+transaction that changes state, so an event is delivered exactly when the
+change becomes visible. Each replica
 holds one dedicated listening connection (outside the pool). Caches may trust
 their entries only while `connected` is true: when the connection drops, every
 subscriber's reset hook runs (drop everything), caches fall back to the

@@ -12,11 +12,12 @@ Origin it needs itself.
 
 Hop-by-hop headers, and every header a peer nominates in `Connection` (the
 classic way to make a proxy drop, or keep, what it should not), are removed
-in both directions. Framing is left to aiohttp: Content-Length and
-Transfer-Encoding are recomputed on the way up. On the way down
+in both directions. Framing is the relay's own: on the way up the upstream
+client frames each request itself (http1.request_head), so the client's
+Content-Length and Transfer-Encoding do not travel. On the way down
 Content-Length and Content-Encoding stay, because bodies are relayed byte for
-byte and never decompressed; Transfer-Encoding goes because aiohttp
-re-chunks. Set-Cookie never reaches the browser: the API server has no
+byte and never decompressed. Transfer-Encoding goes, because each path
+re-chunks what it sends (aiohttp's response, or the express lane itself). Set-Cookie never reaches the browser: the API server has no
 business setting cookies on the gateway's origin. Nor do its Access-Control-*
 headers (which origins may read is the gateway's CORS setting alone) or
 WWW-Authenticate (it describes the API server's authentication, and a Basic
@@ -144,6 +145,7 @@ def websocket_subprotocols(incoming: MultiMapping[str]) -> list[str]:
 
 
 def is_spdy_upgrade(headers: MultiMapping[str]) -> bool:
-    """SPDY (old kubectl exec/port-forward) cannot be relayed by aiohttp;
-    callers refuse it with a clear message rather than a broken stream."""
+    """SPDY (kubectl's exec and port-forward before WebSockets) is not
+    relayed: a product choice, since every supported kubectl speaks
+    WebSockets. Callers refuse it with a message saying how to switch."""
     return any("spdy/" in value.lower() for value in headers.getall("Upgrade", []))

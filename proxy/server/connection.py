@@ -55,7 +55,7 @@ class _RequestHandler(RequestHandler):
     answer is the contract's error with the headers every answer carries,
     logged as one INFO line naming the kind of fault, never its bytes (a
     header line may hold a token). A failure past the front middleware (a
-    bug) is still logged with its traceback."""
+    bug) is still logged with its traceback summary (proxy.http.logs)."""
 
     def __init__(self, manager: web.Server, *, express: ExpressLane | None, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
