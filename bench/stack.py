@@ -166,7 +166,9 @@ class Stack:
         }
         if source is not None:
             env["PYTHONPATH"] = str(source)  # ahead of the editable install of the working tree
-        command = [*wrapper, sys.executable, "-c", "from proxy.cli.server import main; main()", "serve"]
+        # proxy.cli:main is the console script's entry now and was the server's
+        # own before, so older revisions (bench.instructions REV) start too.
+        command = [*wrapper, sys.executable, "-c", "from proxy.cli import main; main()", "serve"]
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=self.root,
                                    stderr=open(self.root / f"{name}.log", "wb"))
         return f"https://127.0.0.1:{port}", process
