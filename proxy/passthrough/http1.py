@@ -65,6 +65,12 @@ class UpstreamProtocolError(Exception):
     """The API server's answer could not be read as HTTP/1.1."""
 
 
+BROKEN_OFF = (OSError, TimeoutError, UpstreamProtocolError)
+"""What ends an answer mid-way: the API server's answer broke off (a restart,
+the short request's deadline) or the client left. Both request paths then
+break their own answer off too (a clean end would pass a part as whole)."""
+
+
 class UnsafeHead(ValueError):
     """A request line or header would not survive as one line: refused
     before anything is sent (the client's mistake, not the API server's)."""

@@ -20,7 +20,7 @@ from aiohttp import web
 from provisioning.errors import UpstreamError
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.framing import EventBoundary
-from proxy.passthrough.http1 import Answer, UpstreamProtocolError
+from proxy.passthrough.http1 import BROKEN_OFF, Answer
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
@@ -114,7 +114,7 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
                 raise
             await _end_after_event(request, response, upstream, boundary)
             return response
-        except _BROKEN:
+        except BROKEN_OFF:
             _break_off(request)
             return response
         await response.write_eof()
@@ -132,13 +132,8 @@ async def _end_after_event(request: web.Request, response: web.StreamResponse, u
             boundary.feed(chunk)
             await response.write(chunk)
         await response.write_eof()
-    except _BROKEN:
+    except BROKEN_OFF:
         _break_off(request)
-
-
-# The API server's answer broke off (a restart, the short request's deadline)
-# or the client left.
-_BROKEN = (OSError, TimeoutError, UpstreamProtocolError)
 
 
 def _break_off(request: web.Request) -> None:

@@ -17,7 +17,7 @@ from proxy.http.error_answers import answer_to, note_failure
 from proxy.http.metrics import Metrics
 from proxy.passthrough.express.heads import Lend, _Incomplete, frame
 from proxy.passthrough.headers import downstream_response_lines
-from proxy.passthrough.http1 import Answer, UpstreamProtocolError, standard_phrase
+from proxy.passthrough.http1 import BROKEN_OFF, Answer, standard_phrase
 
 if TYPE_CHECKING:
     from proxy.passthrough.gate import Gate
@@ -156,7 +156,7 @@ class ExpressLane:
                 transport.write(chunk)
                 if connection.writing_paused:
                     await connection._drain_helper()
-        except (OSError, TimeoutError, UpstreamProtocolError):
+        except BROKEN_OFF:
             # Broken off mid-answer: so is ours (a clean end would pass a
             # truncated answer as whole); before it began, the client is
             # left no answer rather than a wrong one, as on the full path.
