@@ -30,7 +30,7 @@ from proxy.http.requests import client_ip, public_origin, uuid_from
 from proxy.passthrough.headers import is_spdy_upgrade
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.relaying import relay_http, relay_namespace_list
-from proxy.passthrough.routing import Decision, classify
+from proxy.passthrough.routing import classify
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.token_cache import TokenKey
@@ -62,12 +62,6 @@ def split_target(raw_target: str) -> tuple[str, str, str]:
     segments = raw_path.split("/", 3)  # "", "k8s", the workspace segment, the rest
     segment = segments[2] if len(segments) > 2 else ""
     return segment, ("/" + segments[3] if len(segments) == 4 else ""), raw_query
-
-
-def lane_takes(decision: Decision) -> bool:
-    """What the express lane answers itself once the gate has said yes: a
-    plain forward. Streams and the gateway's own answers take the full path."""
-    return decision.action == "forward" and not decision.long_running
 
 
 def _read_needs_no_address() -> str | None:
@@ -156,7 +150,8 @@ class Gate:
     def express_ticket(self, target: str, token: str) -> Ticket | None:
         """`decide` for the express lane: the Ticket of `GET target` with a
         bearer `token` when the caches hold every part of the decision, it
-        says yes, and the lane answers such a request (`lane_takes`). None
+        says yes, and the lane answers such a request: a plain forward
+        (streams and the gateway's own answers take the full path). None
         otherwise: the full path then decides again and answers, refusals
         included. No coroutine."""
         principal = self.authenticator.cached_principal(token)
@@ -173,7 +168,8 @@ class Gate:
             ticket = self.decide(principal, workspace, "GET", tail, query, _read_needs_no_address, cuts_seen)
         except GatewayError:
             return None
-        return ticket if lane_takes(ticket.decision) else None
+        decision = ticket.decision
+        return ticket if decision.action == "forward" and not decision.long_running else None
 
     def _check_upgrade_origin(self, request: web.Request, via_cookie: bool) -> None:
         """Browsers do not apply CORS to WebSocket handshakes: a cookie-borne

@@ -67,14 +67,14 @@ class ExpressLane:
         framed = frame(buffer)
         if framed is None or isinstance(framed, _Incomplete):
             return framed
-        token = framed.token
+        target, size, body, token, fields = framed
         if token is None or self._drain.started_at is not None or not self._gate.is_open:
-            return Lend(framed.size, framed.body)
-        ticket = self._gate.express_ticket(framed.target, token)
+            return Lend(size, body)
+        ticket = self._gate.express_ticket(target, token)
         tenant_token = self._gate.relay.cached_token(ticket) if ticket is not None else None
         if ticket is None or tenant_token is None:
-            return Lend(framed.size, 0)
-        return Admitted(ticket, framed.fields, tenant_token, framed.size)
+            return Lend(size, 0)
+        return Admitted(ticket, fields, tenant_token, size)
 
     def start(self, connection: Connection, admitted: Admitted) -> asyncio.Task[None]:
         """Answer an admitted GET in a task of its own, in flight for the drain from now."""

@@ -89,16 +89,12 @@ def read_head(buffer: bytes | bytearray) -> Head | _Incomplete | None:
     return match.group(1).decode("ascii"), match.group(2).decode("ascii"), fields, end + 4
 
 
-class Framed:
-    """A plain request head whose framing the lane follows: its target, its
-    size and its body's length. For a GET the lane could answer itself (to
-    /k8s/, one bearer token, no body, nothing asking for more than a
-    forward) also the token and the header lines to send on."""
-
-    __slots__ = ("target", "size", "body", "token", "fields")
-
-    def __init__(self, target: str, size: int, body: int, token: str | None, fields: bytes) -> None:
-        self.target, self.size, self.body, self.token, self.fields = target, size, body, token, fields
+Framed = tuple[str, int, int, "str | None", bytes]
+"""A plain request head whose framing the lane follows: its target, its size
+and its body's length. For a GET the lane could answer itself (to /k8s/, one
+bearer token, no body, nothing asking for more than a forward) also the token
+and the header lines to send on; otherwise None and no lines. A tuple: the
+lane reads one per request, and a class would cost a call."""
 
 
 def frame(buffer: bytes | bytearray) -> Framed | _Incomplete | None:
@@ -141,5 +137,5 @@ def frame(buffer: bytes | bytearray) -> Framed | _Incomplete | None:
     if b"host" not in singletons:
         return None  # HTTP/1.1 without Host: aiohttp's 400
     if not express or body or not token or authorizations != 1:
-        return Framed(target, size, body, None, b"")
-    return Framed(target, size, body, token, b"".join(lines))
+        return target, size, body, None, b""
+    return target, size, body, token, b"".join(lines)
