@@ -15,7 +15,7 @@ from typing import Callable, NoReturn, Sequence
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database, start_embedded_postgres
-from provisioning.errors import ClusterUnavailable, GatewayError
+from provisioning.errors import ClusterUnavailable, DatabaseUnavailable, GatewayError
 from provisioning.kube.client import KubeClient
 from provisioning.permissions import PermissionReport, probe_permissions
 from provisioning.reconciling import Reconciled, reconcile
@@ -24,7 +24,7 @@ from proxy.app import create_app, handler_args
 from proxy.auth import passwords
 from proxy.http.logs import configure_logging
 from proxy.server.serving import serve
-from proxy.settings import Settings, SettingsError, settings_from_environment
+from proxy.settings import Settings, SettingsError, StartupError, settings_from_environment, variable_name
 
 log = logging.getLogger("tenant_gateway")
 
@@ -226,7 +226,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     tls = _tls_context(settings)
     try:
         return asyncio.run(serve(app, settings, tls, handler_args(settings)))
-    except GatewayError as error:  # start-up failed: the database or the cluster cannot be reached
+    except StartupError as error:  # a port taken
+        _fail(str(error), 1)
+    except DatabaseUnavailable as error:
+        where = variable_name("database_url") if settings.database_url is not None else "the embedded PostgreSQL"
+        _fail(f"{where}: {error.message}", 1)
+    except GatewayError as error:  # start-up failed: the cluster cannot be reached
         _fail(error.message, 1)
 
 

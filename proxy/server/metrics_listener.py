@@ -20,6 +20,7 @@ from aiohttp import web
 
 from proxy import keys
 from proxy.http.metrics import CONTENT_TYPE_LATEST
+from proxy.server.serving import bind
 from proxy.settings import Settings
 
 routes = web.RouteTableDef()
@@ -46,7 +47,8 @@ def metrics_listener(settings: Settings) -> Callable[[web.Application], AsyncIte
         runner = web.AppRunner(listener, access_log=None, handle_signals=False)
         await runner.setup()
         try:
-            await web.TCPSite(runner, settings.metrics_listen.host, settings.metrics_listen.port).start()
+            site = web.TCPSite(runner, settings.metrics_listen.host, settings.metrics_listen.port)
+            await bind(site, "metrics_listen", settings, " (a port of 0 takes any free one)")
             host, port = runner.addresses[0][:2]
             app[keys.METRICS_ADDRESS] = (str(host), int(port))
             yield

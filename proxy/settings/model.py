@@ -180,5 +180,12 @@ class Settings:
 
 
 VARIABLES: tuple[Variable, ...] = tuple(variable for _, variable in declared(Settings))
+_BY_FIELD = {field: variable.name for field, variable in declared(Settings)}
+
+
+def variable_name(field: str) -> str:
+    """The GATEWAY_* variable that sets the field named `field`, for messages
+    that tell a person what to set."""
+    return _BY_FIELD[field]
 """Every variable the gateway reads, one per field: the README's
 configuration table is checked against this list (tests/unit/test_settings.py)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -209,6 +210,35 @@ def test_serve_refuses_to_start_when_its_check_cannot_run(cluster: LocalCluster,
     last = result.stderr.splitlines()[-1]
     assert last.startswith("tenant-gateway: the permission self-check could not run (") and \
         last.endswith("); refusing to start"), result.stderr
+
+
+@pytest.mark.parametrize("variable", ["GATEWAY_LISTEN", "GATEWAY_METRICS_LISTEN"])
+def test_serve_names_the_listen_variable_whose_port_is_taken(gateway_env: dict[str, str], variable: str) -> None:
+    """A second replica on one host: its start-up failure is one line naming
+    what to set, never an OSError traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        listeners = {"GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+                     variable: f"127.0.0.1:{port}"}
+        result = run({**gateway_env, **listeners}, "serve")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"tenant-gateway: {variable}=127.0.0.1:{port} cannot be listened on ("), result.stderr
+    assert last.endswith("set it to a free address" + (" (a port of 0 takes any free one)"
+                                                       if variable == "GATEWAY_METRICS_LISTEN" else "")), last
+
+
+def test_serve_names_the_database_url_it_cannot_use(gateway_env: dict[str, str]) -> None:
+    """A database that refuses the gateway: one line naming GATEWAY_DATABASE_URL."""
+    wrong = gateway_env["GATEWAY_DATABASE_URL"].rsplit("/", 1)[0] + "/no_such_database"
+    result = run({**gateway_env, "GATEWAY_DATABASE_URL": wrong, "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}",
+                  "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"}, "serve")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("tenant-gateway: GATEWAY_DATABASE_URL: "), result.stderr
+    assert wrong not in result.stderr  # never the URL, which may hold a password
 
 
 def test_settings_errors_stop_start_up_with_a_message(gateway_env: dict[str, str]) -> None:
