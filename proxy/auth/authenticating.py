@@ -99,12 +99,6 @@ class Authenticator:
             for session_id in [s for s, u in self._sessions.items() if u.id == user_id]:
                 self._sessions.pop(session_id, None)
 
-    def forget_session(self, session_id: uuid.UUID) -> None:
-        """A session this replica has just ended (logout): its event is on
-        the way, but the client's next request may come first, and the
-        session must stop working at once. Other replicas hear the event."""
-        self._sessions.pop(session_id, None)
-
     def _cached_user(self, session_id: uuid.UUID) -> User | None:
         """What `_live_user` reads first, without its coroutine: the warm path
         of every request, for session tokens and ID tokens alike."""

@@ -53,6 +53,13 @@ def load(env: dict[str, str] | None = None) -> Settings:
     return settings
 
 
+def _fail_on_database(settings: Settings, error: DatabaseUnavailable) -> NoReturn:
+    """The database cannot be used: one line naming the variable that says
+    which database (never its URL, which may hold a password)."""
+    where = variable_name("database_url") if settings.database_url is not None else "the embedded PostgreSQL"
+    _fail(f"{where}: {error.message}", 1)
+
+
 def database_dsn(settings: Settings) -> str:
     if settings.database_url is not None:
         return settings.database_url.reveal()
@@ -137,6 +144,8 @@ def cmd_migrate(settings: Settings) -> int:
 
     try:
         applied = asyncio.run(run())
+    except DatabaseUnavailable as error:
+        _fail_on_database(settings, error)
     except GatewayError as error:
         _fail(error.message, 1)
     print("applied: " + ", ".join(applied) if applied else "database is up to date")
@@ -229,8 +238,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     except StartupError as error:  # a port taken
         _fail(str(error), 1)
     except DatabaseUnavailable as error:
-        where = variable_name("database_url") if settings.database_url is not None else "the embedded PostgreSQL"
-        _fail(f"{where}: {error.message}", 1)
+        _fail_on_database(settings, error)
     except GatewayError as error:  # start-up failed: the cluster cannot be reached
         _fail(error.message, 1)
 

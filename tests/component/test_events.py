@@ -186,6 +186,17 @@ async def test_the_heartbeat_never_reaches_subscribers_nor_moves_the_generation(
         assert watched.listener.generation == generation + 1
 
 
+async def test_a_change_committed_here_is_heard_here_before_its_notify(database_url: str) -> None:
+    """What this replica committed (a suspension, a logout) reaches its own
+    subscribers at once, and a cache read begun before it is not kept: the
+    caller's next request may arrive before PostgreSQL's NOTIFY does."""
+    async with listening(database_url) as watched:
+        read_began = watched.listener.generation
+        watched.listener.committed({"kind": "user_changed", "id": "x"})
+        assert watched.events == [{"kind": "user_changed", "id": "x"}]
+        assert not watched.listener.may_cache(read_began)
+
+
 async def readiness(gateway: Any, events: str, within: float = 10) -> tuple[int, dict[str, str]]:
     """/readyz's status and checks, once it reports the listener as `events`."""
     async with asyncio.timeout(within):

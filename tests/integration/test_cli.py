@@ -435,4 +435,5 @@ def test_migrate_and_serve_say_the_database_is_unreachable_in_one_line(gateway_e
     for command in ("migrate", "serve"):
         result = run(gone, command)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-        assert result.stderr.splitlines()[-1] == "tenant-gateway: the database is unreachable; retry later", command
+        assert result.stderr.splitlines()[-1] == \
+            "tenant-gateway: GATEWAY_DATABASE_URL: the database is unreachable; retry later", command
