@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from tests.gatewayclient import PASSWORD
+from tests.support.gatewayclient import PASSWORD
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "browser"

@@ -14,7 +14,7 @@ from devstack.cluster import LocalCluster
 from proxy.app import create_app
 from proxy.settings import load_settings
 from tests.browser.conftest import Shots, Watched, new_page, sign_in
-from tests.gatewayclient import PASSWORD, unique_email
+from tests.support.gatewayclient import PASSWORD, unique_email
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

@@ -2,7 +2,7 @@
 one gateway: a warm bearer GET answered beneath aiohttp's server gets what
 the full path would give it, and everything else still reaches the full
 path, on the same connection, in order. The API server is the FAKE one of
-the test seams (tests/component/test_seams.py): it records what reached
+the test seams (tests/fakes/apiserver.py): it records what reached
 it, answers 401 to a token on cue, and can be stopped mid-test."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from proxy import keys
-from tests.component.test_seams import FakeAPIServer, FakeTokenIssuer, k8s_error, provisioned_workspace
-from tests.component.test_seams import fake_api_server  # noqa: F401  (the fixture)
+from tests.fakes.apiserver import FakeAPIServer
+from tests.fakes.kube import FakeTokenIssuer
+from tests.support.gatewayclient import k8s_error, provisioned_workspace
 
 # What a client may send and the API server must never see (proxy.passthrough.headers).
 HOSTILE = {"Impersonate-User": "system:admin", "Impersonate-Group": "system:masters", "X-Remote-User": "admin",

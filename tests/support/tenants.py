@@ -12,8 +12,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from provisioning import manifests
-from tests import kubeclients
-from tests.gatewayclient import Session, register_and_login
+from tests.support import kubeclients
+from tests.support.gatewayclient import Session, register_and_login
 
 
 def refusal(call: Callable[[], object]) -> tuple[int, str]:
