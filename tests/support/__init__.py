@@ -2,7 +2,8 @@
 driving the gateway as a client would (gatewayclient), kubectl and the
 Kubernetes client through it (kubeclients), pods and their streams (pods),
 watches (watches), onboarded tenants seen by the cluster's admin (tenants),
-gateway replicas as processes (replicas), a browser signing in (signin_browser),
+gateway replicas as processes (replicas), a browser signing in at a provider
+(signin_browser), the console in Chromium (browser),
 per-test databases (databases), the gateway's environment (environment) and
 the shipped permissions as an API server answers them (permissions).
 
