@@ -12,8 +12,9 @@ import asyncio
 import logging
 import os
 import ssl
+import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import asyncpg
 import pytest
@@ -27,6 +28,9 @@ from tests.support.environment import SESSION_SECRET, gateway_environment
 from tests.support.pods import Tenant as PodTenant
 from tests.support.pods import new_tenant
 from tests.support.replicas import REPLICAS, gateway_process
+
+if TYPE_CHECKING:
+    from proxy.app import KubeSeam, UpstreamSeam
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
@@ -119,12 +123,21 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 
 
 @pytest.fixture
+def express_lane() -> bool:
+    """Whether `make_gateway` builds gateways with the express lane, as
+    `serve` does. A test that should hold on both request paths overrides
+    it with tests.support.lanes.BOTH_LANES (ids lane-on, lane-off)."""
+    return True
+
+
+@pytest.fixture
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
-                 gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
+                 gateway_tls: tuple[ssl.SSLContext, Path], express_lane: bool) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
     environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
-    `kube=`, `upstream=` and `clock=` to create_app;
-    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list."""
+    `kube=`, `upstream=` and `clock=` to create_app (FAKEs: tests/fakes);
+    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list. The express lane is
+    on or off as `express_lane` says, unless `express=` says otherwise."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -140,15 +153,16 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, upstream: Any = None, clock: Any = None,
+    async def make(*, kube: KubeSeam | None = None, upstream: UpstreamSeam | None = None,
+                   clock: Callable[[], float] | None = None, express: bool | None = None,
                    oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
         import yaml
 
         merged = {**gateway_env, **env}
         providers = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
         settings = load_settings(merged, file_texts=providers)
-        seams = {"clock": clock} if clock is not None else {}
-        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
+        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
+                         clock=clock or time.monotonic, express=express_lane if express is None else express)
         server = GatewayTestServer(app, scheme="https")
         await server.start_server(ssl=server_context, **handler_args(settings))
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(

@@ -28,6 +28,7 @@ from proxy import keys
 from tests.fakes.apiserver import RecordingAPIServer
 from tests.fakes.kube import FakeTokenIssuer
 from tests.support.gatewayclient import exec_handshake, k8s_error, provisioned_workspace
+from tests.support.lanes import BOTH_LANES
 
 # What the gateway promises: a stream whose right ends is cut within 5 s.
 PROMISE_SECONDS = 5.0
@@ -197,6 +198,7 @@ async def readiness(gateway: Any, events: str, within: float = 10) -> tuple[int,
             await asyncio.sleep(0.1)
 
 
+@BOTH_LANES
 async def test_no_stream_opens_while_the_listener_hears_nothing(
         relay: PostgresRelay, make_gateway: Any, api_server: RecordingAPIServer) -> None:
     """A stream opened then would miss the NOTIFY of a later suspension or
@@ -227,6 +229,7 @@ async def test_no_stream_opens_while_the_listener_hears_nothing(
     assert (await gateway.get(path + "?watch=true", headers=user.bearer)).status == 200
 
 
+@BOTH_LANES
 async def test_a_gateway_that_starts_deaf_to_events_says_truly_what_readyz_answers(
         relay: PostgresRelay, make_gateway: Any, api_server: RecordingAPIServer,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -244,6 +247,7 @@ async def test_a_gateway_that_starts_deaf_to_events_says_truly_what_readyz_answe
         200, {"database": "ok", "kubernetes": "ok", "events": "unavailable"})
 
 
+@BOTH_LANES
 async def test_a_fresh_gateway_hears_events_before_its_first_request(
         relay: PostgresRelay, make_gateway: Any, api_server: RecordingAPIServer) -> None:
     """The listener connects in a cleanup context of its own: the server

@@ -33,6 +33,10 @@ from tests.fakes.apiserver import FakeAPIServer, RecordingAPIServer
 from tests.fakes.clock import Clock
 from tests.fakes.kube import FakeTokenIssuer
 from tests.support.gatewayclient import exec_handshake, k8s_error, provisioned_workspace
+from tests.support.lanes import BOTH_LANES
+
+# Every test here holds on both request paths (the express lane on and off).
+pytestmark = BOTH_LANES
 
 
 async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_clock(
