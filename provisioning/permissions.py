@@ -42,7 +42,7 @@ import yaml
 
 from provisioning import manifests
 from provisioning.errors import GatewayError
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeForbidden, KubeNotFound
 
 
@@ -441,7 +441,7 @@ def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], 
     )
 
 
-async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool | str:
+async def _admitted(kube: KubeApi, probe: WriteProbe) -> bool | str:
     """False: refused. True: admitted. A string: why it could not be made."""
     content_type = "application/merge-patch+json" if probe.method == "PATCH" else "application/json"
     try:
@@ -455,7 +455,7 @@ async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool | str:
     return True
 
 
-async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
+async def _policy_gaps(kube: KubeApi) -> tuple[str, ...]:
     base = "/apis/admissionregistration.k8s.io/v1"
     try:
         policies = await kube.list_items(f"{base}/validatingadmissionpolicies")
@@ -471,7 +471,7 @@ _SAMPLE = 20
 _CONCURRENCY = 8
 
 
-async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str], str | None]:
+async def _probe_target(kube: KubeApi, cluster_role: str) -> tuple[list[str], str | None]:
     """Tenant namespaces to aim the probes at (sampled), and the first that
     holds its RoleBinding of `cluster_role`. Active ones: the policy lets a
     namespace being deleted finish; not suspended: the suspension policy
@@ -499,7 +499,7 @@ async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str],
     return names, None
 
 
-async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
+async def probe_permissions(kube: KubeApi, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
     sampled, bound = await _probe_target(kube, tenant_cluster_role)

@@ -29,7 +29,7 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import Conflict, ServiceUnavailable
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeNotFound
 from provisioning.models import AuditEvent, Workspace
 from provisioning.onboarding import converge_object, onboarding_turn
@@ -51,7 +51,7 @@ class Reconciled:
         return f"{self.workspace.id} {self.workspace.namespace}: " + "; ".join(self.changes)
 
 
-async def reconcile_workspace(kube: KubeClient, workspace: Workspace, tier: Tier, changes: list[str]) -> None:
+async def reconcile_workspace(kube: KubeApi, workspace: Workspace, tier: Tier, changes: list[str]) -> None:
     """Converge one workspace's bounds, adding what changed to `changes` as
     it goes (so a step that fails leaves the earlier ones on record)."""
     workspace_id = str(workspace.id)
@@ -61,7 +61,7 @@ async def reconcile_workspace(kube: KubeClient, workspace: Workspace, tier: Tier
             changes.append(f"{step.kind} {step.name} {done}")
 
 
-async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier,
+async def finish_onboarding(db: Database, kube: KubeApi, workspace: Workspace, tier: Tier,
                             cluster_role: str) -> tuple[str, ...]:
     """A workspace whose onboarding was cut short (its owner was told 503
     and has not called again): each object made, or adopted if the cut
@@ -87,7 +87,7 @@ async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace
     return tuple(changes) if finished is not None else ()
 
 
-async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *,
+async def reconcile(db: Database, kube: KubeApi, tiers: Mapping[str, Tier], *,
                     cluster_role: str) -> list[Reconciled]:
     """Every workspace; those that needed something, in creation order. A
     workspace whose tier is gone from the tiers file, whose namespace is
@@ -105,7 +105,7 @@ async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *
     return reconciled
 
 
-async def _reconcile_one(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier | None,
+async def _reconcile_one(db: Database, kube: KubeApi, workspace: Workspace, tier: Tier | None,
                          cluster_role: str) -> Reconciled | None:
     """One workspace converged and its changes audited; None if it needed
     nothing. What the cluster or the database answered is reported, never

@@ -19,13 +19,13 @@ from proxy.passthrough.http1 import Answer
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.token_cache import TenantTokenCache
-from proxy.passthrough.upstream import SEND_FAILURES, Upstream, send_failed
+from proxy.passthrough.upstream import SEND_FAILURES, UpstreamApi, send_failed
 
 
 class Relay:
     __slots__ = ("upstream", "pool", "timeout", "tokens", "streams", "audit", "metrics")
 
-    def __init__(self, upstream: Upstream, tokens: TenantTokenCache, streams: StreamRegistry,
+    def __init__(self, upstream: UpstreamApi, tokens: TenantTokenCache, streams: StreamRegistry,
                  audit: AuditWriter, metrics: Metrics) -> None:
         self.upstream = upstream
         self.pool = upstream.pool

@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from proxy import keys
-from tests.signin_browser import Browser, callback_parameters, new_browser
+from tests.support.signin_browser import Browser, callback_parameters, new_browser
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
 

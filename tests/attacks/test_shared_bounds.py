@@ -19,9 +19,9 @@ from kubernetes import client
 from devstack.cluster import LocalCluster
 from provisioning import manifests
 from provisioning.tiers import DEFAULT_TIERS
-from tests import kubeclients
-from tests.attacks.tenants import made_long_ago, old_limit_range, onboard, refusal
-from tests.gatewayclient import admin_session
+from tests.support import kubeclients
+from tests.support.tenants import made_long_ago, old_limit_range, onboard, refusal
+from tests.support.gatewayclient import admin_session
 
 pytestmark = pytest.mark.cluster
 BASIC = DEFAULT_TIERS["basic"]

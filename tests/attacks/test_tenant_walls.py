@@ -34,10 +34,10 @@ from kubernetes import client
 from devstack.cluster import LocalCluster
 from devstack.node import NODE_NAME
 from provisioning import manifests
-from tests import kubeclients
-from tests.attacks.tenants import Tenant, onboard, refusal
-from tests.gatewayclient import admin_session
-from tests.pods import pod_manifest
+from tests.support import kubeclients
+from tests.support.tenants import Tenant, onboard, refusal
+from tests.support.gatewayclient import admin_session
+from tests.support.pods import pod_manifest
 
 pytestmark = pytest.mark.cluster
 RBAC_GROUP = "rbac.authorization.k8s.io"

@@ -30,16 +30,9 @@ from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import BadRequest
 from provisioning.models import AuditEvent
-from tests.gatewayclient import PASSWORD, admin_session, error_of, login, register_and_login
+from tests.support.gatewayclient import PASSWORD, admin_session, error_of, login, register_and_login
 
 UNSTORABLE = {"note": "\x00"}
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = await Database.connect(database_url, min_size=1, max_size=2)
-    yield database
-    await database.close()
 
 
 async def new_user(db: Database) -> Any:

@@ -25,8 +25,8 @@ from devstack.processes import free_port
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.errors import DatabaseRefused
-from tests.conftest import gateway_environment
-from tests.gatewayclient import error_of, register_and_login
+from tests.support.environment import gateway_environment
+from tests.support.gatewayclient import error_of, register_and_login
 
 SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))
 RIGHT, WRONG = "right-horse-battery", "wrong-horse-battery"

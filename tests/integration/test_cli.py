@@ -22,9 +22,9 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.tiers import DEFAULT_TIERS
-from tests import kubeclients
-from tests.attacks.tenants import made_long_ago, old_limit_range, onboard
-from tests.gatewayclient import PASSWORD, login, register_and_login
+from tests.support import kubeclients
+from tests.support.tenants import made_long_ago, old_limit_range, onboard
+from tests.support.gatewayclient import PASSWORD, login, register_and_login
 
 pytestmark = pytest.mark.cluster
 SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))

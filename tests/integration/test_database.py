@@ -21,7 +21,7 @@ from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.models import AuditEvent
-from tests.conftest import new_database
+from tests.support.databases import new_database
 
 
 @pytest.fixture

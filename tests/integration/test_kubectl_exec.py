@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
-from tests.gatewayclient import Session, admin_session, register_and_login
+from tests.support.gatewayclient import Session, admin_session, register_and_login
 
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent

@@ -19,9 +19,9 @@ from kubernetes import client as k8s, watch
 from yarl import URL
 
 from devstack.cluster import LocalCluster
-from tests.gatewayclient import admin_session, metric, metrics_text, tenant
-from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
-from tests.replicas import tls_session
+from tests.support.gatewayclient import admin_session, metric, metrics_text, tenant
+from tests.support.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
+from tests.support.replicas import tls_session
 
 pytestmark = pytest.mark.cluster
 

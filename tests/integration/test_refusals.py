@@ -40,11 +40,11 @@ from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.passthrough.gate import SPDY_REFUSED
 from proxy.passthrough.upstream import Upstream
-from tests.conftest import SESSION_SECRET
-from tests.gatewayclient import Session, admin_session, register_and_login
-from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
-from tests.pods import new_tenant
-from tests.replicas import gateway_process, tls_session
+from tests.support.environment import SESSION_SECRET
+from tests.support.gatewayclient import Session, admin_session, register_and_login
+from tests.support.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
+from tests.support.pods import new_tenant
+from tests.support.replicas import gateway_process, tls_session
 
 pytestmark = pytest.mark.cluster
 

@@ -32,11 +32,10 @@ import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
-from provisioning.db.migrate import migrate
-from tests.conftest import SESSION_SECRET
-from tests.gatewayclient import Session
+from tests.support.environment import SESSION_SECRET
+from tests.support.gatewayclient import Session
 from devstack.processes import free_port
-from tests.gatewayclient import tenant
+from tests.support.gatewayclient import tenant
 
 pytestmark = pytest.mark.cluster
 
@@ -276,11 +275,9 @@ def _postgres_processes(server: Any) -> list[int]:
 
 @pytest.mark.parametrize("fault", ["stopped", "hung", "restarting"])
 async def test_sigterm_with_the_database_away(fault: str, gateway: Any, start_replica: Any,
-                                              own_postgres: Any) -> None:
+                                              migrated_own_postgres: Any) -> None:
+    own_postgres = migrated_own_postgres
     url = own_postgres.get_uri()
-    connection = await asyncpg.connect(url)
-    await migrate(connection)
-    await connection.close()
     replica = await start_replica(GATEWAY_DATABASE_URL=url)
     frozen: list[int] = []
     if fault == "hung":  # the server is there but answers nothing: sockets stay open

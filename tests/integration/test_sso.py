@@ -20,9 +20,9 @@ import pytest
 from devstack.keycloak import ADMIN_GROUP, OTHER_CLIENT_ID
 from provisioning.db.pool import Database
 from proxy import keys
-from tests.signin_browser import new_browser
-from tests.gatewayclient import PASSWORD, Session, admin_session, register_and_login
-from tests.watches import open_watch, until_closed
+from tests.support.signin_browser import new_browser
+from tests.support.gatewayclient import PASSWORD, Session, admin_session, register_and_login
+from tests.support.watches import open_watch, until_closed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from devstack.cluster import LocalCluster
 from devstack.nodeparts import BUSYBOX_IMAGE
-from tests.gatewayclient import Session, register_and_login
-from tests.kubeclients import kubeconfig_for_proxy
+from tests.support.gatewayclient import Session, register_and_login
+from tests.support.kubeclients import kubeconfig_for_proxy
 from urllib.parse import urlencode
 import re
 

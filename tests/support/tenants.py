@@ -12,8 +12,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from provisioning import manifests
-from tests import kubeclients
-from tests.gatewayclient import Session, register_and_login
+from tests.support import kubeclients
+from tests.support.gatewayclient import Session, register_and_login
 
 
 def refusal(call: Callable[[], object]) -> tuple[int, str]:
@@ -67,5 +67,6 @@ def old_limit_range(admin: client.CoreV1Api, tenant: Tenant) -> None:
 def made_long_ago(admin: client.CoreV1Api, tenant: Tenant) -> None:
     """Turn a fresh workspace's quota into what onboarding used to write."""
     quota = admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace)
+    assert quota.spec is not None
     quota.spec.hard = dict(OLD_QUOTA)
     admin.replace_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace, quota)
