@@ -156,7 +156,7 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
                  gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
     environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
-    `kube=`, `upstream=` and `clock=` to create_app;
+    `kube=`, `upstream=`, `clock=` and `express=` to create_app;
     `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list."""
     import aiohttp
     from aiohttp.test_utils import TestServer
@@ -173,7 +173,7 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, upstream: Any = None, clock: Any = None,
+    async def make(*, kube: Any = None, upstream: Any = None, clock: Any = None, express: bool = True,
                    oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
         import yaml
 
@@ -181,7 +181,8 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
         providers = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
         settings = load_settings(merged, file_texts=providers)
         seams = {"clock": clock} if clock is not None else {}
-        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
+        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
+                         express=express, **seams)
         server = GatewayTestServer(app, scheme="https")
         await server.start_server(ssl=server_context, **handler_args(settings))
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(
