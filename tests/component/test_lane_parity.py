@@ -32,11 +32,13 @@ import pytest
 from aiohttp import web
 
 from provisioning.db import repositories as repo
+from provisioning.models import AuditEvent
 from proxy import keys
 from proxy.auth import sessions
+from proxy.auth.signin import open_session
 from proxy.passthrough.express import Admitted, Lend
 from tests.component.test_express import HOSTILE
-from tests.component.test_seams import FakeAPIServer, FakeTokenIssuer, provisioned_workspace
+from tests.component.test_seams import FakeAPIServer, FakeTokenIssuer
 from tests.component.test_seams import fake_api_server  # noqa: F401  (the fixture)
 
 Verdict = Literal["lane", "lent", "aiohttp"]
@@ -174,7 +176,6 @@ class Workspace:
     id: str
     namespace: str
     token: str
-    user: Any
     expired_token: str
 
     def placeholders(self) -> dict[str, str]:
@@ -227,7 +228,8 @@ async def log_out(sides: list[Side], workspace: Workspace) -> None:
                                      workspace.token).session_id)
 
     async def logout() -> None:
-        answer = await sides[0].gateway.post("/api/v1/auth/logout", headers=workspace.user.bearer)
+        answer = await sides[0].gateway.post("/api/v1/auth/logout",
+                                             headers={"Authorization": f"Bearer {workspace.token}"})
         assert answer.status == 204, await answer.text()
     await _until_heard(sides, "session_revoked", session_id, logout)
 
@@ -549,20 +551,29 @@ async def start_side(name: str, make_gateway: Any, fake_api_server: FakeAPIServe
 
 
 async def shared_workspace(sides: list[Side]) -> Workspace:
-    """One user and workspace (made through the first gateway), once both
-    gateways have heard of its provisioning: heard later, the event would
-    empty the caches a warm-up filled."""
-    heard: set[str] = set()
-    sides[1].gateway.server.app[keys.EVENTS].subscribe(lambda message: heard.add(str(message.get("id"))))
-    user, path = await provisioned_workspace(sides[0].gateway)
-    workspace_id, namespace = path.split("/")[2], path.split("/")[6]
+    """One user, signed in, and their workspace, provisioned, made in the
+    database directly (the sign-in as login makes it, less the password's
+    hashing, the slowest part of a row), once both gateways have heard of
+    the provisioning: heard later, its event would empty the caches a
+    warm-up filled."""
+    app = sides[0].gateway.server.app
+    db, settings = app[keys.DATABASE], app[keys.SETTINGS]
+    heard: list[set[str]] = [set() for _ in sides]
+    for side, seen in zip(sides, heard):
+        side.gateway.server.app[keys.EVENTS].subscribe(lambda message, seen=seen: seen.add(str(message.get("id"))))
+    user = await repo.create_user(db, f"parity-{uuid.uuid4().hex[:12]}@example.test", "no password: never signs in")
+    opened = await open_session(db, settings, user.id, AuditEvent("Login", user.id, None, None, {}))
+    assert opened is not None
+    namespace = f"tenant-{user.id}"
+    workspace, _ = await repo.claim_workspace(db, user.id, namespace, "sa-tenant-admin", "basic")
+    await repo.finish_provisioning(db, workspace.id, "uid-1", AuditEvent("WorkspaceProvisioned", user.id,
+                                                                         workspace.id, None, {}))
     async with asyncio.timeout(10):
-        while workspace_id not in heard:
+        while not all(str(workspace.id) in seen for seen in heard):
             await asyncio.sleep(0.01)
-    secret = sides[0].gateway.server.app[keys.SETTINGS].session_secret_value
     long_ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=2)
-    expired, _ = sessions.mint(secret, uuid.UUID(user.user_id), uuid.uuid4(), long_ago, 3600)
-    return Workspace(workspace_id, namespace, user.token, user, expired)
+    expired, _ = sessions.mint(settings.session_secret_value, user.id, uuid.uuid4(), long_ago, 3600)
+    return Workspace(str(workspace.id), namespace, opened[1].token, expired)
 
 
 def render(row: Row, workspace: Workspace) -> tuple[bytes, str]:
