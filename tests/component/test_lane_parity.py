@@ -271,6 +271,9 @@ class Row:
     api: Mode = "list"
     arrange: Arrangement | None = None
     eol: str = "\r\n"
+    pipelined: bool = False
+    """The plain GET that follows the row's request is sent with it, in one
+    write, before any answer (otherwise once its answer has arrived)."""
     differs: str | None = None
     """A difference between the paths that is known and not yet fixed: the
     row is then an xfail(strict=True) naming it, so it fails once fixed."""
@@ -407,6 +410,20 @@ ROWS = [
     Row("aiohttp: a WebSocket upgrade (exec)", get(EXEC, *WEBSOCKET), "aiohttp"),
     Row("aiohttp: a SPDY upgrade", get(EXEC, "Connection: Upgrade", "Upgrade: SPDY/3.1"), "aiohttp"),
     Row("aiohttp: an Upgrade header on a plain GET", get("$cm", "Upgrade: h2c"), "aiohttp"),
+    # --- Pipelined: the next request already waiting when each path takes this one.
+    Row("pipelined: the lane's, then the lane's", get(), "lane", pipelined=True),
+    Row("pipelined: lent with a body, then the lane's",
+        get("$cm", "Content-Type: application/json", "Content-Length: 20", method="POST"), "lent",
+        body='{"kind":"ConfigMap"}', pipelined=True),
+    Row("pipelined: lent, refused, then the lane's", get(auth=False), "lent", pipelined=True),
+    Row("pipelined: Connection: close, then nothing", get("$cm", "Connection: close"), "lent", pipelined=True,
+        differs="aiohttp's parser (llhttp) reads the request after a `Connection: close` one in the same read "
+                "as `Data after Connection: close` and the full path answers 400 bad_request (HTTP/1.0) to "
+                "both, serving neither; the lane hands aiohttp one request's bytes at a time, so it answers "
+                "the first 200 with `Connection: close` and closes (RFC 9112 9.6)"),
+    Row("pipelined: chunked (aiohttp's for good), then aiohttp's", get("$cm", "Transfer-Encoding: chunked"),
+        "aiohttp", body="0\r\n\r\n", pipelined=True),
+    Row("pipelined: a 401 once, then the lane's", get(), "lane", api="refuse_first_token", pipelined=True),
     # --- Heads aiohttp's parser reads otherwise or refuses: aiohttp's for good.
     Row("aiohttp: no Host", ("GET $cm HTTP/1.1", "$auth"), "aiohttp"),
     Row("aiohttp: two Hosts", get("$cm", "Host: other"), "aiohttp"),
@@ -493,15 +510,17 @@ async def read_answer(reader: asyncio.StreamReader, method: str) -> Answer | Non
     return Answer(status_line, fields, body)
 
 
-async def exchange(side: Side, request: bytes, method: str, follow_up: bytes) -> list[Answer | None]:
+async def exchange(side: Side, request: bytes, method: str, follow_up: bytes, *,
+                   pipelined: bool = False) -> list[Answer | None]:
     """Send `request` on a new connection, read its answers (interim 1xx
-    ones, then the final one), then send `follow_up` and read its answer."""
+    ones, then the final one), then send `follow_up` and read its answer;
+    `pipelined`: both in one write, before any answer."""
     context = ssl.create_default_context(cafile=str(side.gateway.ca_file))
     reader, writer = await asyncio.open_connection(side.gateway.host, side.gateway.port, ssl=context)
     answers: list[Answer | None] = []
     try:
         async with asyncio.timeout(15):
-            writer.write(request)
+            writer.write(request + follow_up if pipelined else request)
             await writer.drain()
             while True:
                 answer = await read_answer(reader, method)
@@ -510,8 +529,9 @@ async def exchange(side: Side, request: bytes, method: str, follow_up: bytes) ->
                     break
             if answer is not None and answer.whole:
                 try:
-                    writer.write(follow_up)
-                    await writer.drain()
+                    if not pipelined:
+                        writer.write(follow_up)
+                        await writer.drain()
                 except ConnectionError:
                     answers.append(None)
                 else:
@@ -633,7 +653,7 @@ async def test_both_paths_answer_alike(row: Row, make_gateway: Any, fake_api_ser
     request, method = render(row, workspace)
     outcomes = []
     for side in sides:
-        answers = await exchange(side, request, method, warm_up)
+        answers = await exchange(side, request, method, warm_up, pipelined=row.pipelined)
         outcomes.append(comparable_outcome(side, answers))
     assert outcomes[0] == outcomes[1], differences(*outcomes)
     # The row tests what its id says: the lane's verdict on its request.
