@@ -22,9 +22,8 @@ from aiohttp import web
 
 from proxy.passthrough.express import MAX_HEAD_BYTES
 from proxy.server.connection import _RequestHandler
-from tests.component.test_express import express_answers, warm_gateway
-from tests.component.test_seams import FakeAPIServer
-from tests.component.test_seams import fake_api_server  # noqa: F401  (the fixture)
+from tests.fakes.apiserver import FakeAPIServer
+from tests.support.express import express_answers, warm_gateway
 
 
 async def read_whole_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
