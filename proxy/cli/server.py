@@ -171,6 +171,8 @@ def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\r\n")
     try:
         user_id = asyncio.run(create_user(database_dsn(settings), args.email, password, args.admin))
+    except DatabaseUnavailable as error:
+        _fail_on_database(settings, error)
     except GatewayError as error:
         _fail(error.message, 1)
     print(user_id)

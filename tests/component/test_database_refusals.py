@@ -74,12 +74,12 @@ async def test_the_command_line_says_the_credentials_were_refused_in_one_line(
         assert result.returncode != 0, args
         assert "Traceback" not in result.stderr and WRONG not in result.stderr + result.stdout, result.stderr
         assert result.stderr.splitlines()[-1] == \
-            "tenant-gateway: the database refused the gateway's credentials", (args, result.stderr)
+            "tenant-gateway: GATEWAY_DATABASE_URL: the database refused the gateway's credentials", (args, result.stderr)
 
     missing = await asyncio.to_thread(run, {**env, "GATEWAY_DATABASE_URL": gateway_url(
         password_postgres, RIGHT, database="no_such_database")}, "migrate")
     assert missing.returncode != 0 and "Traceback" not in missing.stderr, missing.stderr
-    assert missing.stderr.splitlines()[-1] == "tenant-gateway: the gateway's database does not exist"
+    assert missing.stderr.splitlines()[-1] == "tenant-gateway: GATEWAY_DATABASE_URL: the gateway's database does not exist"
 
     right = await asyncio.to_thread(run, {**env, "GATEWAY_DATABASE_URL": gateway_url(password_postgres, RIGHT)},
                                     "migrate")
