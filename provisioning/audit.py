@@ -3,7 +3,7 @@
 Proxied writes are recorded with the human behind them (the cluster's own
 audit log only sees the tenant ServiceAccount). A database round trip per
 request would sit on the proxy's hot path, so rows are queued and written
-in batches (one COPY each) as fast as the database takes them.
+in batches (one COPY each, two at once) as fast as the database takes them.
 
 The queue is bounded (provisioning.audit_queue): a request takes a place
 *before* its write goes upstream (`reserve`) and fills it with its row once
@@ -64,13 +64,17 @@ class _Unwritten(Exception):
 
 class AuditWriter:
     def __init__(self, db: Database, *, capacity: int = 20_000, wait_seconds: float = 2.0,
-                 batch_rows: int = 5_000, retry_seconds: float = 0.25) -> None:
+                 batch_rows: int = 2_000, retry_seconds: float = 0.25, writers: int = 2) -> None:
         self._db = db
         self.queue = AuditQueue(capacity)
         self._wait = wait_seconds
         self._batch_rows = batch_rows
         self._retry = retry_seconds
-        self._task: asyncio.Task[None] | None = None
+        self._writers = writers
+        """Batches written at once, each on its own connection: while
+        PostgreSQL stores one, the next is encoded (and a second core may
+        store it)."""
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.rows_written = 0
         """Rows the database took (batched rows only; `write_now` commits its own)."""
@@ -90,20 +94,23 @@ class AuditWriter:
         await repo.record_audit(self._db, event)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tenant-gateway-audit")
+        self._tasks = [asyncio.create_task(self._run(), name=f"tenant-gateway-audit-{n}")
+                       for n in range(self._writers)]
 
     async def stop(self, timeout: float = 5.0) -> None:
         """Write what is queued, retrying for up to `timeout`; rows the
         database did not take by then are logged whole. Places filled
         after this are logged at once: there is no writer left."""
         self._stopping.set()
-        if self._task is not None:
+        if self._tasks:
             # A batch being written finishes rather than being cut off (it
             # would be queued again and perhaps written twice).
-            if not (await asyncio.wait({self._task}, timeout=timeout))[0]:
-                self._task.cancel()
+            _, running = await asyncio.wait(self._tasks, timeout=timeout)
+            for task in running:
+                task.cancel()
+            for task in running:
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._task
+                    await task
         self.queue.close(lambda event: self._lost(event, "the audit writer had stopped"))
         for event in self.queue.take(self.queue.queued):
             self._lost(event, "database unavailable at shutdown")

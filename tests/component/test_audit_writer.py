@@ -116,7 +116,7 @@ async def test_a_writer_slower_than_the_load_refuses_writes_and_stores_every_one
 
 
 async def test_a_row_postgresql_refuses_is_stored_as_text_and_its_batch_is_not_lost(db: Database) -> None:
-    """One row of a 1,000-row batch holds U+0000 in its details (PostgreSQL's
+    """One row of a 1,000-row batch (the writer takes up to 2,000) holds U+0000 in its details (PostgreSQL's
     jsonb refuses it: a real refusal). The batch is split until that row is
     alone; the 999 others are stored as they are, and that one as escaped
     text; the writer goes on recording."""
