@@ -34,7 +34,7 @@ async def db(database_url: str) -> AsyncIterator[Database]:
     await database.close()
 
 
-def write(user_id: uuid.UUID, run: str, n: int, **extra: object) -> AuditEvent:
+def write(user_id: uuid.UUID | None, run: str, n: int, **extra: object) -> AuditEvent:
     return AuditEvent("ProxyWrite", user_id, None, "10.0.0.1",
                       {"method": "POST", "path": f"/api/v1/namespaces/x/configmaps/{n}", "status": 201,
                        "run": run, "n": n, **extra})
@@ -140,3 +140,33 @@ async def test_a_row_postgresql_refuses_is_stored_as_text_and_its_batch_is_not_l
     text = json.loads(kept[0]["details"])["unstorable"]
     assert "/a\\x00b" in text and "'n': 617" in text and "10.0.0.1" in text
     assert writer.rows_written == 1001 and writer.rows_logged == 0
+
+
+async def test_rows_the_database_cannot_take_by_the_end_of_a_stop_are_logged_whole(
+        db: Database, database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The table stays locked through the stop: the rows, which the writer
+    retries until the stop's bound, go to the log whole (the record of last
+    resort), never nowhere; a write whose place was taken before the stop
+    and whose row comes after it is logged too."""
+    writer = AuditWriter(db, capacity=10, retry_seconds=0.05)
+    await writer.start()
+    run = uuid.uuid4().hex
+    locker = await asyncpg.connect(database_url)
+    try:
+        lock = locker.transaction()
+        await lock.start()
+        await locker.execute("LOCK TABLE audit_logs")
+        for n in range(3):
+            assert await accept(writer, write(None, run, n))
+        late = await writer.reserve()
+        await writer.stop(timeout=0.5)
+        late.fill(write(None, run, 3))
+        with pytest.raises(AuditUnavailable):
+            await writer.reserve()  # no writer left: nothing more is accepted
+        await lock.rollback()
+    finally:
+        await locker.close()
+    logged = sorted(r.audit["details"]["n"] for r in caplog.records  # type: ignore[attr-defined]
+                    if r.getMessage().startswith("audit row not written") and r.audit["details"]["run"] == run)
+    assert logged == [0, 1, 2, 3]
+    assert writer.rows_logged == 4 and writer.queue.taken == 0
