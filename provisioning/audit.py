@@ -24,11 +24,11 @@ commits them, and a database that will not take them fails the request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 
 from provisioning.audit_queue import AuditQueue, Place
+from provisioning.background import cancel_and_wait
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import AuditUnavailable, DatabaseUnavailable
@@ -106,11 +106,8 @@ class AuditWriter:
             # A batch being written finishes rather than being cut off (it
             # would be queued again and perhaps written twice).
             _, running = await asyncio.wait(self._tasks, timeout=timeout)
-            for task in running:
-                task.cancel()
-            for task in running:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # Cut off at the bound; briefly, should a library swallow the cancellation.
+            await asyncio.gather(*(cancel_and_wait(task, 1.0) for task in running))
         self.queue.close(lambda event: self._lost(event, "the audit writer had stopped"))
         for event in self.queue.take(self.queue.queued):
             self._lost(event, "database unavailable at shutdown")
