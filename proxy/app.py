@@ -155,7 +155,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
             await own.close()
 
     async def audit(app: web.Application) -> AsyncIterator[None]:
-        app[keys.AUDIT] = writer = AuditWriter(app[keys.DATABASE])
+        app[keys.AUDIT] = writer = AuditWriter(app[keys.DATABASE], capacity=settings.audit_queue_rows,
+                                               wait_seconds=settings.audit_wait_seconds)
         await writer.start()
         yield
         # Most of what is left of the stop: a database that is restarting still gets the rows.

@@ -31,6 +31,9 @@ async def metrics(request: web.Request) -> web.Response:
     metrics = request.app[keys.METRICS]
     metrics.loop_tasks.set(len(asyncio.all_tasks()))
     metrics.requests_in_flight.set(request.app[keys.DRAIN].in_flight)
+    audit = request.app[keys.AUDIT]
+    metrics.observe_audit(stored=audit.rows_written, logged=audit.rows_logged, waits=audit.queue.waits,
+                          refusals=audit.queue.refusals, taken=audit.queue.taken, capacity=audit.queue.capacity)
     body = metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -43,6 +46,7 @@ def metrics_listener(settings: Settings) -> Callable[[web.Application], AsyncIte
         listener = web.Application()
         listener[keys.METRICS] = app[keys.METRICS]
         listener[keys.DRAIN] = app[keys.DRAIN]
+        listener[keys.AUDIT] = app[keys.AUDIT]
         listener.router.add_routes(routes)
         runner = web.AppRunner(listener, access_log=None, handle_signals=False)
         await runner.setup()

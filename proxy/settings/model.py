@@ -147,6 +147,15 @@ class Settings:
     """Connections to PostgreSQL per replica: warm proxied requests use none,
     so this serves sign-ins, issuance, onboarding and the opening and closing
     of streams."""
+    audit_queue_rows: int = setting(20_000, env="GATEWAY_AUDIT_QUEUE_ROWS", read=readers.whole(1, MAX_COUNT))
+    """Proxied writes whose audit rows may be waiting to be stored at once
+    (a write takes its place before it is sent). Room for bursts while
+    the writer catches up; it is also what a crash of the replica could
+    lose, the rows being in memory until written."""
+    audit_wait_seconds: float = setting(2.0, env="GATEWAY_AUDIT_WAIT_SECONDS", read=readers.seconds)
+    """How long a proxied write waits for room in the audit queue before
+    it is refused (503 `audit_unavailable`, never sent): the writer is
+    behind, or the database is away."""
     oidc_timeout_seconds: float = setting(15.0, env="GATEWAY_OIDC_TIMEOUT_SECONDS", read=readers.seconds)
     """Any one call to an identity provider (discovery, keys, code exchange):
     they answer in well under a second, and a hung one must not hold a sign-in."""
