@@ -19,9 +19,9 @@ import asyncpg
 from aiohttp import web
 
 from proxy import keys
-from tests.gatewayclient import metric, metrics_text
-from tests.component.test_seams import FakeAPIServer, FakeTokenIssuer, k8s_error, provisioned_workspace
-from tests.component.test_seams import fake_api_server  # noqa: F401  (the fixture)
+from tests.fakes.apiserver import FakeAPIServer
+from tests.fakes.kube import FakeTokenIssuer
+from tests.support.gatewayclient import k8s_error, metric, metrics_text, provisioned_workspace
 
 
 async def test_a_write_with_no_room_for_its_audit_row_is_refused_before_the_api_server_sees_it(
