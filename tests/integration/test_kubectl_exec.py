@@ -119,8 +119,8 @@ async def test_device_codes_work_once_expire_and_cannot_be_guessed(gateway: Any,
 
     user = await register_and_login(gateway)
     started = await (await gateway.post("/api/v1/auth/device", json={})).json()
-    assert set(started) == {"device_code", "user_code", "verification_uri", "verification_uri_complete",
-                            "interval", "expires_in"}
+    # No verification_uri_complete: a link that carries the code is what a phisher would send.
+    assert set(started) == {"device_code", "user_code", "verification_uri", "interval", "expires_in"}
     poll = {"device_code": started["device_code"]}
     pending = await gateway.post("/api/v1/auth/device/token", json=poll)
     assert pending.status == 400 and (await pending.json())["error"]["code"] == "authorization_pending"
@@ -133,8 +133,8 @@ async def test_device_codes_work_once_expire_and_cannot_be_guessed(gateway: Any,
     granted = await gateway.post("/api/v1/auth/device/token", json=poll)
     assert granted.status == 200
     session = (await granted.json())["token"]
-    me = await gateway.get("/api/v1/me", headers={"Authorization": f"Bearer {session}"})
-    assert (await me.json())["id"] == user.user_id
+    issued = await gateway.get("/api/v1/workspaces/credentials/token", headers={"Authorization": f"Bearer {session}"})
+    assert issued.status == 404 and (await issued.json())["error"]["code"] == "no_workspace"  # the user has none
     reused = await gateway.post("/api/v1/auth/device/token", json=poll)
     assert reused.status == 400 and (await reused.json())["error"]["code"] == "invalid_grant"
     forged = await gateway.post("/api/v1/auth/device/token", json={"device_code": "x" * 43})

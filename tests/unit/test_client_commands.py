@@ -490,6 +490,23 @@ def test_a_first_login_revokes_nothing() -> None:
     assert len(server.requests) == 2
 
 
+
+def test_login_names_itself_to_the_person_who_approves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The approval page shows this name (as the client's own claim) beside its address and time;
+    a host name with control characters cannot dress it up."""
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "build-box\x1b[2J\u202e" + "x" * 200)
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode())])
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    start = server.requests[0]
+    body = json.loads(start.partition(b"\r\n\r\n")[2])
+    assert start.startswith(b"POST /api/v1/auth/device ")
+    assert body["client_name"] == ("tenant-gateway CLI on build-box[2J" + "x" * 200)[:100]
+
 ALL_THREE = [["login", "--gateway", "https://gw.example"], ["logout", "--gateway", "https://gw.example"],
              ["credential", "--gateway", "https://gw.example", "--workspace", "w"]]
 

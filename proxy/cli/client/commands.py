@@ -208,12 +208,20 @@ def _same_origin(link: str, gateway: str) -> bool:
         return False
 
 
+def _client_name() -> str:
+    """How this command line names itself to the person approving it: at most 100 printable characters."""
+    import socket
+
+    return _printable(f"tenant-gateway CLI on {socket.gethostname()}")[:100]
+
+
 def cmd_login(args: argparse.Namespace) -> int:
     gateway = _gateway(args.gateway)
     ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
     store.prepare(store.credentials_path())  # a directory it cannot use is refused before sign-in, not after
-    status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file,
-                            body={"provider": args.provider} if args.provider else {})
+    # The name the approval page shows (as this client's own claim) beside the address and time.
+    body = {"client_name": _client_name(), **({"provider": args.provider} if args.provider else {})}
+    status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file, body=body)
     if status != 200 or not isinstance(started, dict):
         raise CommandError(f"device sign-in could not start: {_error_text(status, started)}")
     interval = _seconds(started, "interval", 5, _MAX_INTERVAL)
