@@ -247,3 +247,4 @@ def test_an_exec_kubeconfig_holds_no_token() -> None:
     assert "token" not in user
     assert user["exec"]["args"] == ["credential", "--gateway", "https://gw.example", "--workspace", "w-1"]
     assert user["exec"]["apiVersion"] == "client.authentication.k8s.io/v1"
+    assert user["exec"]["provideClusterInfo"] is True  # the plugin checks the cluster kubectl calls
