@@ -155,6 +155,7 @@ class Stack:
         env = {
             **os.environ,
             "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+            "GATEWAY_PUBLIC_URL": f"https://127.0.0.1:{port}",
             "GATEWAY_DATABASE_URL": self.database_url, "GATEWAY_TIERS_FILE": str(self.root / "tiers.yaml"),
             "GATEWAY_SESSION_SECRET": self.session_secret, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
             "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),

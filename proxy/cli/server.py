@@ -229,6 +229,16 @@ def _tls_context(settings: Settings) -> ssl.SSLContext | None:
     return tls
 
 
+def require_public_url(settings: Settings) -> None:
+    """`serve` is production: every link and redirect URI the gateway builds
+    (device sign-in, OIDC callbacks, `format=exec` kubeconfigs) must name its
+    configured public URL, never the Host a request came with (which a client
+    chooses). Only `dev` may derive it from the request."""
+    if settings.gateway_url is None:
+        _fail("GATEWAY_PUBLIC_URL is required by `serve`: set it to the gateway's public URL, "
+              "e.g. https://gateway.example (only `tenant-gateway dev` derives it from each request)")
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     _self_check(settings, args.allow_excess_permissions)
     dsn = database_dsn(settings)
@@ -337,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load()
     configure_logging(settings.log_level)
     if args.command == "serve":
+        require_public_url(settings)
         return cmd_serve(settings, args)
     if args.command == "dev":
         return cmd_dev(settings, args)

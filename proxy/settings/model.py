@@ -94,7 +94,9 @@ class Settings:
     GATEWAY_CONFIG file."""
     gateway_url: str | None = setting(None, env="GATEWAY_PUBLIC_URL", read=readers.origin)
     """The gateway's public URL, for OIDC redirect URIs, device sign-in links
-    and `format=exec` kubeconfigs; unset: the origin the request came to."""
+    and `format=exec` kubeconfigs. `serve` requires it: a link built from a
+    request's Host would be one the client chose. Unset (`dev` only): the
+    origin the request came to."""
     rate_init: RateLimit = setting(RateLimit(5, 3600), env="GATEWAY_RATE_INIT", read=readers.rate_limit)
     """Onboardings per user and per address. Onboarding makes cluster
     objects: few per user per hour stops namespace exhaustion."""

@@ -190,8 +190,8 @@ def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[st
 
 
 def test_serve_refuses_to_start_with_excess_permissions(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
-    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(cluster.admin_kubeconfig), "GATEWAY_LISTEN": "127.0.0.1:0"},
-                 "serve")
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(cluster.admin_kubeconfig), "GATEWAY_LISTEN": "127.0.0.1:0",
+                  "GATEWAY_PUBLIC_URL": "https://gw.example"}, "serve")
     assert result.returncode == 1
     assert "refusing to start" in result.stderr
 
@@ -204,8 +204,8 @@ def test_serve_refuses_to_start_when_its_check_cannot_run(cluster: LocalCluster,
     kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig"),
-                  "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"},
-                 "serve")
+                  "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+                  "GATEWAY_PUBLIC_URL": "https://gw.example"}, "serve")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.splitlines()[-1]
     assert last.startswith("tenant-gateway: the permission self-check could not run (") and \
@@ -431,7 +431,8 @@ def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env:
 
 def test_migrate_and_serve_say_the_database_is_unreachable_in_one_line(gateway_env: dict[str, str]) -> None:
     gone = {**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{free_port()}/gw",
-            "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"}
+            "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+            "GATEWAY_PUBLIC_URL": "https://gw.example"}
     for command in ("migrate", "serve"):
         result = run(gone, command)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr

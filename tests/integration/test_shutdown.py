@@ -93,6 +93,7 @@ async def start_replica(gateway: Any, gateway_env: dict[str, str], tmp_path: Pat
         port, metrics_port = free_port(), free_port()
         log = tmp_path / f"gateway-{port}.log"
         env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
+               "GATEWAY_PUBLIC_URL": f"https://127.0.0.1:{port}",
                "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
                "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
                "GATEWAY_TLS_KEY_FILE": str(gateway.ca_file.with_name("gateway.key")),
