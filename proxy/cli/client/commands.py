@@ -208,7 +208,7 @@ def _client_name() -> str:
     """How this command line names itself to the person approving it: at most 100 printable characters."""
     import socket
 
-    return _printable(f"tenant-gateway CLI on {socket.gethostname()}")[:100]
+    return printable(f"tenant-gateway CLI on {socket.gethostname()}")[:100]
 
 
 def cmd_login(args: argparse.Namespace) -> int:
