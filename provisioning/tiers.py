@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import yaml
 
 from provisioning.secrets import yaml_mistake
+from provisioning.workload_rules import WorkloadRules, parse_rules, with_images
 
 # Kubernetes' own suffixes exactly: binary Ki..Ei, decimal n u m k M..E, or an exponent.
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
@@ -162,6 +163,9 @@ class Tier:
     hard: Mapping[str, str]
     default_limits: Mapping[str, str] = field(default_factory=lambda: dict(_DEFAULT_LIMITS))
     default_requests: Mapping[str, str] = field(default_factory=lambda: dict(_DEFAULT_REQUESTS))
+    rules: WorkloadRules = field(default_factory=WorkloadRules)
+    """Bytes per object, Pod Security level and cached images
+    (provisioning.workload_rules): what admission holds the namespace to."""
 
     def summary(self) -> dict[str, str]:
         """The contract's `quota: {cpu, memory}` view of `hard`."""
@@ -223,6 +227,22 @@ def _with_ephemeral_defaults(limits: Mapping[str, str],
     return limits, requests
 
 
+def _bytes(where: str, text: str) -> Decimal:
+    """A quantity of bytes: whole, as `64Ki` or `65536`."""
+    if not _QUANTITY.match(text):
+        raise ValueError(f"{where}: {text!r} is not a Kubernetes quantity")
+    value = quantity_value(text)
+    if value != value.to_integral_value():
+        raise ValueError(f"{where}: {text!r} is not a whole number of bytes")
+    return value
+
+
+def with_cluster_images(tiers: Mapping[str, Tier], images: tuple[str, ...]) -> dict[str, Tier]:
+    """Every tier with the cluster's own shared images (GATEWAY_SHARED_IMAGES)
+    added to its allow-list."""
+    return {name: replace(tier, rules=with_images(tier.rules, images)) for name, tier in tiers.items()}
+
+
 def parse_tiers(text: str) -> dict[str, Tier]:
     """Parse a tiers file. Each entry is either the `hard` map itself, or a
     mapping with `hard` and optional `defaultLimits` / `defaultRequests`;
@@ -239,7 +259,8 @@ def parse_tiers(text: str) -> dict[str, Tier]:
         if not _NAME.match(name):
             raise ValueError(f"tier name {name!r} must be a lowercase DNS label")
         if isinstance(body, dict) and "hard" in body:
-            unknown = set(body) - {"hard", "defaultLimits", "defaultRequests"}
+            unknown = set(body) - {"hard", "defaultLimits", "defaultRequests", "objectBytes", "podSecurity",
+                                   "sharedImages"}
             if unknown:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
             # Left out, cpu and memory take the defaults; ephemeral storage is
@@ -249,7 +270,9 @@ def parse_tiers(text: str) -> dict[str, Tier]:
                                    body.get("defaultRequests", _without_ephemeral(_DEFAULT_REQUESTS)))
             _requests_within_limits(name, limits, requests)
             limits, requests = _with_ephemeral_defaults(limits, requests)
-            tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests)
+            rules = parse_rules(name, body, _bytes)
+            tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests,
+                               rules)
         else:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))
     return tiers

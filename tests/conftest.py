@@ -21,6 +21,7 @@ import pytest
 
 from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
+from devstack.nodeparts import LOCAL_IMAGES
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import start_embedded_postgres
 from tests.replicas import REPLICAS, gateway_process
@@ -119,6 +120,8 @@ def gateway_environment(kubeconfig: Path, database_url: str) -> dict[str, str]:
         "GATEWAY_RATE_LOGIN": "1000/60",
         "GATEWAY_RATE_REGISTER": "1000/60",
         "GATEWAY_METRICS_LISTEN": "127.0.0.1:0",  # many gateways per process: each its own port
+        # The suite's images are loaded onto the node, with no registry to pull them from.
+        "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES,
     }
 
 
@@ -157,7 +160,8 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     """Build a gateway test client, served over TLS; keyword arguments override
     environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
     `kube=`, `upstream=` and `clock=` to create_app;
-    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list."""
+    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list, `tiers` the text
+    of a GATEWAY_TIERS_FILE."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -174,12 +178,14 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     server_context, ca_file = gateway_tls
 
     async def make(*, kube: Any = None, upstream: Any = None, clock: Any = None,
-                   oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
+                   oidc_providers: list[dict[str, Any]] | None = None, tiers: str | None = None, **env: str) -> Any:
         import yaml
 
         merged = {**gateway_env, **env}
-        providers = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
-        settings = load_settings(merged, file_texts=providers)
+        files = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
+        if tiers is not None:
+            files["GATEWAY_TIERS_FILE"] = tiers
+        settings = load_settings(merged, file_texts=files)
         seams = {"clock": clock} if clock is not None else {}
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
         server = GatewayTestServer(app, scheme="https")

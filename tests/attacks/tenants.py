@@ -41,9 +41,9 @@ class Tenant:
         return client.RbacAuthorizationV1Api(self.api)
 
 
-async def onboard(gateway: Any, tmp_path: Path) -> Tenant:
+async def onboard(gateway: Any, tmp_path: Path, tier: str | None = None) -> Tenant:
     session = await register_and_login(gateway)
-    workspace = await session.init()
+    workspace = await session.init(tier)
     path = tmp_path / f"{session.user_id}.kubeconfig"
     path.write_text(await session.kubeconfig())
     return Tenant(session, workspace["id"], workspace["namespace"], kubeclients.from_kubeconfig(path))
