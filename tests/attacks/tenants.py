@@ -49,6 +49,12 @@ async def onboard(gateway: Any, tmp_path: Path, tier: str | None = None) -> Tena
     return Tenant(session, workspace["id"], workspace["namespace"], kubeclients.from_kubeconfig(path))
 
 
+# A tier whose namespaces enforce Pod Security `baseline`, not `restricted`:
+# where admission policies that `restricted` makes moot (volume kinds) still
+# stand between a tenant and the node.
+BASELINE_TIERS = "basic: {requests.cpu: '4'}\nrelaxed: {hard: {requests.cpu: '4'}, podSecurity: baseline}\n"
+
+
 # What a workspace onboarded before the shared bounds existed was given.
 OLD_QUOTA = {"requests.cpu": "4", "limits.memory": "8Gi"}
 

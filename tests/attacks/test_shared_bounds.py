@@ -22,6 +22,7 @@ from provisioning.tiers import DEFAULT_TIERS
 from tests import kubeclients
 from tests.attacks.tenants import made_long_ago, old_limit_range, onboard, refusal
 from tests.gatewayclient import admin_session
+from tests.pods import restricted
 
 pytestmark = pytest.mark.cluster
 BASIC = DEFAULT_TIERS["basic"]
@@ -121,8 +122,8 @@ async def test_kinds_beyond_the_core_ones_are_counted_too(gateway: Any, tmp_path
 
 def disk_pod(name: str, limit: str | None = None) -> dict[str, Any]:
     resources = {"limits": {"ephemeral-storage": limit}} if limit else {}
-    return {"metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none", "resources": resources}]}}
+    return restricted({"metadata": {"name": name},
+                       "spec": {"containers": [{"name": "c", "image": "registry.invalid/none", "resources": resources}]}})
 
 
 async def test_node_disk_is_bounded_and_a_plain_pod_gets_its_share(gateway: Any, tmp_path: Path) -> None:

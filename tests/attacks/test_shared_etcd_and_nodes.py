@@ -31,7 +31,7 @@ from provisioning import manifests, workload_rules
 from provisioning.tiers import DEFAULT_TIERS
 from provisioning.workload_rules import ObjectBytes
 from tests import kubeclients
-from tests.attacks.tenants import onboard, refusal
+from tests.attacks.tenants import BASELINE_TIERS, onboard, refusal
 from tests.attacks.test_shared_bounds import quota_enforced
 from tests.gatewayclient import admin_session
 from tests.pods import restricted
@@ -227,12 +227,8 @@ def privileged_pod(name: str) -> dict[str, Any]:
         container(imagePullPolicy="Always", securityContext={"privileged": True})]}}
 
 
-RELAXED = ("basic: {requests.cpu: '4'}\n"
-           "relaxed: {hard: {requests.cpu: '4'}, podSecurity: baseline}\n")
-
-
 async def test_pod_security_is_restricted_unless_the_tier_says_baseline(make_gateway: Any, tmp_path: Path) -> None:
-    gateway = await make_gateway(tiers=RELAXED)
+    gateway = await make_gateway(tiers=BASELINE_TIERS)
     strict = await onboard(gateway, tmp_path)
     for make in (root_pod, privileged_pod):
         status, message = refusal(lambda: strict.core.create_namespaced_pod(strict.namespace, make("escape")))
