@@ -39,8 +39,12 @@ each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
   the tier says otherwise;
 - `services.loadbalancers`: Services of type LoadBalancer, each a billed
   cloud load balancer; 0 unless the tier says otherwise.
+The long form also takes `objectBytes`, `podSecurity` and `sharedImages`:
+per-object byte caps, the Pod Security level and the images pods may run
+from the node's cache (provisioning.workload_rules).
 A changed tier reaches existing workspaces on resume and with
-`tenant-gateway reconcile` (the quota's `hard` and the LimitRange's defaults).
+`tenant-gateway reconcile` (the quota's `hard`, the LimitRange's defaults,
+and the namespace's Pod Security level and caps).
 
 Quantities are kept as the strings Kubernetes accepts; the API server
 validates them, and `parse_tiers` catches the obvious mistakes at start-up so
