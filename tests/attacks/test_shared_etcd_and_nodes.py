@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client
 
 from devstack.cluster import LocalCluster
-from devstack.nodeparts import BUSYBOX_IMAGE
+from devstack.nodeparts import BUSYBOX_IMAGE, LOCAL_IMAGES
 from provisioning import manifests, workload_rules
 from provisioning.tiers import DEFAULT_TIERS
 from provisioning.workload_rules import ObjectBytes
@@ -105,7 +105,7 @@ async def test_oversized_labels_and_annotations_are_refused_on_any_object(gatewa
     refused_for_size(lambda: client.RbacAuthorizationV1Api(alice.api).create_namespaced_role(ns, {
         "metadata": {"name": "labelled", "labels": many_labels}, "rules": []}))
     # kubectl's copy of the object may hold the object's own cap besides.
-    applied = {workload_rules.LAST_APPLIED: "a" * (CAPS.metadata + CAPS.config_map)}
+    applied = {workload_rules.LAST_APPLIED: "a" * (CAPS.metadata + CAPS.config_map + 1)}
     refused_for_size(lambda: core.create_namespaced_config_map(ns, config_map("applied", 1, annotations=applied)))
     fits = {workload_rules.LAST_APPLIED: "a" * CAPS.config_map, "note": "n" * (CAPS.metadata // 2)}
     core.create_namespaced_config_map(ns, config_map("fits", 1, annotations=fits))
@@ -232,13 +232,13 @@ async def test_pod_security_is_restricted_unless_the_tier_says_baseline(make_gat
     strict = await onboard(gateway, tmp_path)
     for make in (root_pod, privileged_pod):
         status, message = refusal(lambda: strict.core.create_namespaced_pod(strict.namespace, make("escape")))
-        assert status == 403 and "violates PodSecurity \"restricted" in message, message
+        assert status == 403 and "violates PodSecurity" in message and "restricted:latest" in message, message
     strict.core.create_namespaced_pod(strict.namespace, pod("compliant"))
 
     relaxed = await onboard(gateway, tmp_path, tier="relaxed")
     relaxed.core.create_namespaced_pod(relaxed.namespace, root_pod("as-root"))  # baseline runs images as root
     status, message = refusal(lambda: relaxed.core.create_namespaced_pod(relaxed.namespace, privileged_pod("escape")))
-    assert status == 403 and "violates PodSecurity \"baseline" in message, message
+    assert status == 403 and "violates PodSecurity" in message and "baseline:latest" in message, message
 
 
 async def test_a_namespace_from_before_the_tiers_rules_gets_them_on_resume(
@@ -258,8 +258,8 @@ async def test_a_namespace_from_before_the_tiers_rules_gets_them_on_resume(
         assert answer.status == 200, await answer.text()
     found = admin.read_namespace(alice.namespace).metadata
     assert found.labels[workload_rules.POD_SECURITY_ENFORCE] == "restricted"
-    assert {key: found.annotations.get(key) for key in workload_rules.namespace_annotations(BASIC.rules)} == \
-        workload_rules.namespace_annotations(BASIC.rules)
+    wanted = workload_rules.namespace_annotations(workload_rules.with_images(BASIC.rules, (LOCAL_IMAGES,)))
+    assert {key: found.annotations.get(key) for key in wanted} == wanted
     status, message = refusal(lambda: alice.core.create_namespaced_pod(alice.namespace, root_pod("as-root")))
     assert status == 403 and "violates PodSecurity" in message, message
 
