@@ -260,8 +260,11 @@ async def test_a_namespace_from_before_the_tiers_rules_gets_them_on_resume(
     assert found.labels[workload_rules.POD_SECURITY_ENFORCE] == "restricted"
     wanted = workload_rules.namespace_annotations(workload_rules.with_images(BASIC.rules, (LOCAL_IMAGES,)))
     assert {key: found.annotations.get(key) for key in wanted} == wanted
-    status, message = refusal(lambda: alice.core.create_namespaced_pod(alice.namespace, root_pod("as-root")))
-    assert status == 403 and "violates PodSecurity" in message, message
+    # Suspension ended the old kubeconfig's token: a new one, as the owner would fetch.
+    (tmp_path / "again.kubeconfig").write_text(await alice.session.kubeconfig())
+    again = client.CoreV1Api(kubeclients.from_kubeconfig(tmp_path / "again.kubeconfig"))
+    status, message = refusal(lambda: again.create_namespaced_pod(alice.namespace, root_pod("as-root")))
+    assert status == 403 and "violates PodSecurity" in message and "restricted:latest" in message, message
 
 
 async def test_a_tenant_cannot_raise_its_own_caps(gateway: Any, tmp_path: Path) -> None:
