@@ -28,6 +28,7 @@ import yaml
 
 from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
+from devstack.nodeparts import LOCAL_IMAGES
 from devstack.processes import free_port
 from provisioning.db.pool import start_embedded_postgres
 
@@ -162,7 +163,7 @@ class Stack:
             "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
             # The workloads measure thousands of streams and issuances in one workspace.
             "GATEWAY_RATE_KUBECONFIG": "1000000/60", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "100000",
-            "GATEWAY_LOG_LEVEL": "WARNING",
+            "GATEWAY_LOG_LEVEL": "WARNING", "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES,
             **(extra_env or {}),
         }
         if source is not None:

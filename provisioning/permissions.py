@@ -304,6 +304,11 @@ POLICIES: Mapping[str, Mapping[str, Any] | None] = {
     "tenant-gateway-node-placement": _TENANT_NAMESPACES,
     "tenant-gateway-pod-priority": _TENANT_NAMESPACES,
     "tenant-gateway-pod-finalizers": _TENANT_NAMESPACES,
+    "tenant-gateway-metadata-bytes": _TENANT_NAMESPACES,
+    "tenant-gateway-object-bytes": _TENANT_NAMESPACES,
+    "tenant-gateway-pod-template-bytes": _TENANT_NAMESPACES,
+    "tenant-gateway-image-pulls": _TENANT_NAMESPACES,
+    "tenant-gateway-disruption-budgets": _TENANT_NAMESPACES,
     "tenant-gateway-suspended": {"matchLabels": {manifests.SUSPENDED_LABEL: "true"}},
     "tenant-gateway-confined": None,
 }

@@ -55,10 +55,25 @@ async def reconcile_workspace(kube: KubeApi, workspace: Workspace, tier: Tier, c
     """Converge one workspace's bounds, adding what changed to `changes` as
     it goes (so a step that fails leaves the earlier ones on record)."""
     workspace_id = str(workspace.id)
+    await _converge_namespace(kube, manifests.namespace_step(workspace.namespace, workspace_id, tier), workspace_id,
+                              changes)
     for step in manifests.bounds_steps(workspace.namespace, workspace_id, tier):
         _object, done = await converge_object(kube, step, workspace_id)
         if done is not None:
             changes.append(f"{step.kind} {step.name} {done}")
+
+
+async def _converge_namespace(kube: KubeApi, step: manifests.Step, workspace_id: str, changes: list[str]) -> None:
+    """The namespace's Pod Security level and caps made its tier's. Never
+    created: a namespace that is gone is an operator's turn (KubeNotFound)."""
+    existing = await kube.get(step.path)
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    if labels.get(manifests.WORKSPACE_LABEL) != workspace_id:
+        raise Conflict(f"namespace {step.name} is not this workspace's", code="object_taken")
+    change = step.converge(existing) if step.converge is not None else None
+    if change is not None:
+        await kube.merge_patch(step.path, change.patch)
+        changes.append(f"{step.kind} {step.name} {change.described}")
 
 
 async def finish_onboarding(db: Database, kube: KubeApi, workspace: Workspace, tier: Tier,

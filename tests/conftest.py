@@ -136,8 +136,9 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     """Build a gateway test client, served over TLS; keyword arguments override
     environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
     `kube=`, `upstream=` and `clock=` to create_app (FAKEs: tests/fakes);
-    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list. The express lane is
-    on or off as `express_lane` says, unless `express=` says otherwise."""
+    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list, `tiers` the text
+    of a GATEWAY_TIERS_FILE. The express lane is on or off as `express_lane`
+    says, unless `express=` says otherwise."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -155,12 +156,14 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     async def make(*, kube: KubeSeam | None = None, upstream: UpstreamSeam | None = None,
                    clock: Callable[[], float] | None = None, express: bool | None = None,
-                   oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
+                   oidc_providers: list[dict[str, Any]] | None = None, tiers: str | None = None, **env: str) -> Any:
         import yaml
 
         merged = {**gateway_env, **env}
-        providers = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
-        settings = load_settings(merged, file_texts=providers)
+        files = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
+        if tiers is not None:
+            files["GATEWAY_TIERS_FILE"] = tiers
+        settings = load_settings(merged, file_texts=files)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
                          clock=clock or time.monotonic, express=express_lane if express is None else express)
         server = GatewayTestServer(app, scheme="https")

@@ -285,10 +285,15 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 def _dev(settings: Settings, args: argparse.Namespace) -> int:
     from devstack.cluster import start_local_cluster
+    from devstack.nodeparts import LOCAL_IMAGES
+    from provisioning.tiers import with_cluster_images
 
     cluster = start_local_cluster(settings.data_dir.resolve() / "cluster")
     try:
-        settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig)
+        # The node's own images (no registry serves them) run from its cache.
+        images = (*settings.shared_images, LOCAL_IMAGES)
+        settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig, shared_images=images,
+                                       tiers=with_cluster_images(settings.tiers, images))
         trust = ""
         if settings.tls_cert_file is None:
             # kubectl sends no token over plain HTTP, and session cookies are

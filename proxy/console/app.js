@@ -345,8 +345,14 @@ function resourceRow(name, item, detail) {
 }
 
 function manifestForm() {
+  // A pod as workspaces admit it: Pod Security `restricted` (a non-root
+  // numeric user, the runtime's seccomp profile, no escalation, no
+  // capabilities) and an image pulled with the tenant's own right (Always).
   const text = h("textarea", { id: "manifest", rows: "8", spellcheck: "false",
-    placeholder: '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"}, ...}' });
+    placeholder: '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"}, "spec": {'
+      + '"securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}, '
+      + '"containers": [{"name": "main", "image": "registry.example/team/app:1", "imagePullPolicy": "Always", '
+      + '"securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}' });
   const create = h("button", { type: "submit" }, "Create");
   const form = h("form", { class: "card" }, h("label", { for: "manifest", text: "Manifest (JSON)" }), text, h("div", { class: "row" }, create));
   form.addEventListener("submit", busy(create, async () => {

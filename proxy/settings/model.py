@@ -72,6 +72,12 @@ class Settings:
                                         form=Form.FILE_TEXT)
     """Tier name -> quota and limit defaults, from the file
     GATEWAY_TIERS_FILE names; unset, the built-in `basic` tier."""
+    shared_images: tuple[str, ...] = setting((), env="GATEWAY_SHARED_IMAGES", read=readers.images)
+    """Images every tier's pods may take from the node's cache (added to each
+    tier's `sharedImages`): comma-separated images, repositories, or
+    prefixes ending in `/` (e.g. images an operator loads onto the nodes
+    with no registry to pull them from). Any other image must be pulled
+    with `imagePullPolicy: Always`, with the tenant's own credentials."""
     tenant_clusterrole: str = setting("tenant-admin", env="GATEWAY_TENANT_CLUSTERROLE", read=readers.object_name)
     """The ClusterRole bound in each tenant namespace."""
     trusted_proxies: frozenset[str] = setting(frozenset(), env="GATEWAY_TRUSTED_PROXIES", read=readers.addresses)

@@ -22,9 +22,10 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.tiers import DEFAULT_TIERS
+from proxy.settings import load_settings
 from tests.support import kubeclients
-from tests.support.tenants import made_long_ago, old_limit_range, onboard
 from tests.support.gatewayclient import PASSWORD, login, register_and_login
+from tests.support.tenants import made_long_ago, old_limit_range, onboard
 
 pytestmark = pytest.mark.cluster
 SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))
@@ -389,7 +390,9 @@ async def test_reconcile_finishes_an_onboarding_cut_short(
         workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace,
                                                   manifests.TENANT_SERVICE_ACCOUNT, "basic")
         admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
-        admin.create_namespace(manifests.namespace(namespace, str(workspace.id)))
+        # As the cut attempt made it: with the tier's rules as this gateway has them.
+        rules = load_settings(gateway_env).tiers["basic"].rules
+        admin.create_namespace(manifests.namespace(namespace, str(workspace.id), rules))
         refused = await user.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
         assert refused.status == 409  # half-made: no credential
 

@@ -12,9 +12,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from devstack.cluster import LocalCluster
-from provisioning import manifests
+from provisioning import manifests, workload_rules
 from provisioning.tiers import DEFAULT_TIERS
 from tests.support import kubeclients
+from tests.support.pods import restricted
 
 pytestmark = pytest.mark.cluster
 
@@ -116,6 +117,12 @@ def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.
     assert _status(lambda: core.create_namespace(without_pod_security)) == 403
     loosened = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}}
     assert _status(lambda: core.patch_namespace(tenant_namespace, loosened)) == 403
+    # Its tier's Pod Security level and caps (reconcile), and nothing else of the namespace.
+    enforce, cap = workload_rules.POD_SECURITY_ENFORCE, workload_rules.CONFIG_MAP_BYTES
+    core.patch_namespace(tenant_namespace, {"metadata": {"labels": {enforce: "baseline"}, "annotations": {cap: "1024"}}})
+    core.patch_namespace(tenant_namespace, {"metadata": {"labels": {enforce: "restricted"}, "annotations": {cap: None}}})
+    assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"labels": {enforce: None}}})) == 403
+    assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {"example.test/x": "y"}}})) == 403
     # What the gateway itself does is untouched.
     core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(True))
     core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(False))
@@ -187,14 +194,15 @@ def test_replacing_the_service_account_kills_old_tokens(
 def test_resource_quota_rejects_an_over_quota_pod(
         cluster: LocalCluster, gateway_api: client.ApiClient, tenant_namespace: str) -> None:
     tenant_api = client.CoreV1Api(kubeclients.from_token(cluster, _token(gateway_api, tenant_namespace)))
-    greedy = {"metadata": {"name": "greedy"}, "spec": {"containers": [{
+    greedy = restricted({"metadata": {"name": "greedy"}, "spec": {"containers": [{
         "name": "c", "image": "registry.invalid/none",
-        "resources": {"requests": {"cpu": "5"}, "limits": {"cpu": "5", "memory": "1Gi"}}}]}}
+        "resources": {"requests": {"cpu": "5"}, "limits": {"cpu": "5", "memory": "1Gi"}}}]}})
     with pytest.raises(ApiException) as refused:
         tenant_api.create_namespaced_pod(tenant_namespace, greedy)
     assert refused.value.status == 403 and "exceeded quota" in str(refused.value.body)
     # A pod that states nothing gets the LimitRange defaults and fits.
-    modest = {"metadata": {"name": "modest"}, "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}}
+    modest = restricted({"metadata": {"name": "modest"},
+                         "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}]}})
     created = tenant_api.create_namespaced_pod(tenant_namespace, modest)
     assert created.spec.containers[0].resources.requests["cpu"] == "100m"
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from devstack.nodeparts import LOCAL_IMAGES
+
 SESSION_SECRET = "test-session-secret-" + "x" * 32
 """Every test gateway's; a replica's log must never show it."""
 
@@ -21,4 +23,6 @@ def gateway_environment(kubeconfig: Path, database_url: str) -> dict[str, str]:
         "GATEWAY_RATE_LOGIN": "1000/60",
         "GATEWAY_RATE_REGISTER": "1000/60",
         "GATEWAY_METRICS_LISTEN": "127.0.0.1:0",  # many gateways per process: each its own port
+        # The suite's images are loaded onto the node, with no registry to pull them from.
+        "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES,
     }
