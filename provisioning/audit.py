@@ -46,6 +46,41 @@ def storable(event: AuditEvent) -> AuditEvent:
                       {"unstorable": ascii({"ip_address": event.ip_address, "details": event.details})})
 
 
+MAX_DETAIL_CHARS = 2048
+"""The longest text a row's details keep of one value (a proxied path, an
+exec command's argument): a tenant's write may name a path of 16 KiB, and
+batches of such rows could outlast the database's timeout."""
+MAX_DETAIL_ITEMS = 64
+"""The most items a row keeps of one list (an exec command's arguments)."""
+
+
+def bounded(event: AuditEvent) -> AuditEvent:
+    """The row with every detail cut to its bound, and `truncated` naming
+    what was cut, so that no row is large enough to hold up a batch."""
+    cut = [key for key, value in event.details.items() if _oversized(value)]
+    if not cut:
+        return event
+    details = {key: _cut(value) for key, value in event.details.items()}
+    details["truncated"] = cut
+    return AuditEvent(event.action, event.user_id, event.workspace_id, event.ip_address, details)
+
+
+def _oversized(value: object) -> bool:
+    if isinstance(value, str):
+        return len(value) > MAX_DETAIL_CHARS
+    if isinstance(value, (list, tuple)):
+        return len(value) > MAX_DETAIL_ITEMS or any(_oversized(item) for item in value)
+    return False
+
+
+def _cut(value: object) -> object:
+    if isinstance(value, str):
+        return value[:MAX_DETAIL_CHARS]
+    if isinstance(value, (list, tuple)):
+        return [_cut(item) for item in value[:MAX_DETAIL_ITEMS]]
+    return value
+
+
 def _log_whole(event: AuditEvent, why: str) -> None:
     """The record of last resort: the row, whole, in the log."""
     log.error("audit row not written (%s); recorded here instead", why,
@@ -140,13 +175,19 @@ class AuditWriter:
         it, or logged. If the database goes away part-way, _Unwritten with
         the rows still to write; if the writer is cancelled (the stop's
         deadline), those rows are put back first."""
-        parts = [batch]  # a stack: the next part to write is last
+        parts = [[bounded(event) for event in batch]]  # a stack: the next part to write is last
         while parts:
             part = parts.pop()
             try:
                 try:
                     await repo.record_audit_batch(self._db, part)
-                except DatabaseUnavailable:
+                except DatabaseUnavailable as unavailable:
+                    if isinstance(unavailable.__cause__, TimeoutError) and len(part) > 1:
+                        # Too much for the database's timeout now: smaller
+                        # parts, not the same batch retried for ever.
+                        middle = len(part) // 2
+                        parts += (part[middle:], part[:middle])
+                        continue
                     raise
                 except Exception as refused:
                     if len(part) > 1:

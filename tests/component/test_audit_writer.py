@@ -170,3 +170,41 @@ async def test_rows_the_database_cannot_take_by_the_end_of_a_stop_are_logged_who
                     if r.getMessage().startswith("audit row not written") and r.audit["details"]["run"] == run)
     assert logged == [0, 1, 2, 3]
     assert writer.rows_logged == 4 and writer.queue.taken == 0
+
+
+async def test_a_batch_the_database_cannot_take_in_time_is_halved_not_retried_for_ever(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose COPY outlasts the database's timeout (rows a tenant made
+    large, a loaded server) is written in smaller parts. Retried whole, it
+    would never go, the queue would stay full, and every tenant's writes
+    would be refused. The timeout is a FAKE one, raised for parts of more
+    than 100 rows: the real COPY into the real PostgreSQL does the rest."""
+    from provisioning.errors import DatabaseUnavailable
+
+    real = repo.record_audit_batch
+    sizes: list[int] = []
+
+    async def slow_for_big_parts(database: Database, rows: list[AuditEvent]) -> None:
+        sizes.append(len(rows))
+        if len(rows) > 100:
+            raise DatabaseUnavailable() from TimeoutError()
+        await real(database, rows)
+
+    monkeypatch.setattr(repo, "record_audit_batch", slow_for_big_parts)
+    writer = AuditWriter(db, capacity=2000, retry_seconds=0.05)
+    await writer.start()
+    run = uuid.uuid4().hex
+    try:
+        for n in range(1000):
+            assert await accept(writer, write(None, run, n, long="x" * 10_000))
+        async with asyncio.timeout(30):
+            while writer.rows_written < 1000:
+                await asyncio.sleep(0.05)
+    finally:
+        await writer.stop()
+    assert await stored(db, run) == list(range(1000))
+    assert max(sizes) > 100 and min(sizes) <= 100
+    kept = await db.fetch("SELECT details FROM audit_logs WHERE details->>'run' = $1 LIMIT 1", run)
+    details = kept[0]["details"]
+    details = json.loads(details) if isinstance(details, str) else details
+    assert len(details["long"]) == 2048 and details["truncated"] == ["long"]

@@ -160,3 +160,19 @@ def test_a_refused_row_keeps_its_people_and_action_in_a_form_without_nul() -> No
     assert (kept.action, kept.user_id, kept.workspace_id, kept.ip_address) == ("ProxyWrite", user, workspace, None)
     text = kept.details["unstorable"]
     assert "\x00" not in text and "\\x00" in text and "/api/v1/namespaces/a" in text and "201" in text
+
+
+def test_a_rows_details_are_cut_to_their_bounds_and_say_so() -> None:
+    """No row is large enough to hold a batch up: a tenant's 16 KiB path or
+    a long exec command keeps its first 2,048 characters and 64 items."""
+    from provisioning.audit import MAX_DETAIL_CHARS, MAX_DETAIL_ITEMS, bounded
+
+    small = row(1)
+    assert bounded(small) is small
+    big = AuditEvent("ProxyExec", None, None, None,
+                     {"path": "/" + "a" * 16_000, "command": ["sh"] + ["x" * 3000] * 100, "status": 101})
+    cut = bounded(big)
+    assert len(cut.details["path"]) == MAX_DETAIL_CHARS
+    assert len(cut.details["command"]) == MAX_DETAIL_ITEMS and all(len(c) <= MAX_DETAIL_CHARS
+                                                                   for c in cut.details["command"])
+    assert cut.details["status"] == 101 and cut.details["truncated"] == ["path", "command"]
