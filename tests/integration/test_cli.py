@@ -222,7 +222,7 @@ def test_serve_names_the_listen_variable_whose_port_is_taken(gateway_env: dict[s
         taken.listen()
         port = taken.getsockname()[1]
         listeners = {"GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
-                     variable: f"127.0.0.1:{port}"}
+                     variable: f"127.0.0.1:{port}", "GATEWAY_PUBLIC_URL": "https://gw.example"}
         result = run({**gateway_env, **listeners}, "serve")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.splitlines()[-1]
@@ -235,7 +235,8 @@ def test_serve_names_the_database_url_it_cannot_use(gateway_env: dict[str, str])
     """A database that refuses the gateway: one line naming GATEWAY_DATABASE_URL."""
     wrong = gateway_env["GATEWAY_DATABASE_URL"].rsplit("/", 1)[0] + "/no_such_database"
     result = run({**gateway_env, "GATEWAY_DATABASE_URL": wrong, "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}",
-                  "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"}, "serve")
+                  "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_PUBLIC_URL": "https://gw.example"},
+                 "serve")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.splitlines()[-1]
     assert last.startswith("tenant-gateway: GATEWAY_DATABASE_URL: "), result.stderr
