@@ -39,6 +39,7 @@ from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.stream_slots import StreamSlots
+from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
@@ -75,7 +76,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app[keys.DRAIN] = drain
     app[keys.METRICS] = metrics = Metrics()
     app.on_response_prepare.append(response_hook(settings, metrics))
-    streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics))
+    streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics),
+                             StreamBuffers(settings.stream_buffer_bytes))
 
     async def fetch_token(key: TokenKey) -> IssuedToken:
         return await request_token(app[keys.KUBE], key.namespace, key.service_account,
@@ -160,7 +162,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await streams.slots.start(app[keys.DATABASE])
         drain.on_begin.append(streams.end_all)
         yield
-        streams.cut_all()  # anything still open after the drain
+        streams.abort_all()  # anything still open after the drain
         # Briefly: the rows lapse anyway, and queued audit rows come after.
         await streams.slots.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
 

@@ -156,6 +156,9 @@ class Answer:
         self._head: asyncio.Future[None] = self._loop.create_future()
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
+        self.pause_above = _PAUSE_ABOVE
+        """Bytes read and not yet taken past which the connection stops
+        being read (a stream's relay sets its own, smaller)."""
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self.complete = False
@@ -178,6 +181,16 @@ class Answer:
                                         for name, value in self.raw_headers)
         return self._headers
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of the body read from the API server and not yet taken."""
+        return self._buffered
+
+    def hold(self) -> None:
+        """Stop reading the connection now, whatever is buffered (a stream
+        past the replica's ceiling); the next `read_chunk` reads on."""
+        self._connection.pause()
+
     async def read_chunk(self) -> bytes:
         """The next piece of the body; b"" at its end. Raises if the answer broke off."""
         while not self._chunks:
@@ -186,6 +199,7 @@ class Answer:
             if self.complete:
                 self.release()
                 return b""
+            self._connection.resume()  # nothing buffered: read on, even if `hold` stopped it
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter
@@ -259,7 +273,7 @@ class Answer:
     def _feed(self, data: bytes) -> None:
         self._chunks.append(data)
         self._buffered += len(data)
-        if self._buffered > _PAUSE_ABOVE:
+        if self._buffered > self.pause_above:
             self._connection.pause()
         self._wake()
 
