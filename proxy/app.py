@@ -78,6 +78,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app.on_response_prepare.append(response_hook(settings, metrics))
     streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics),
                              StreamBuffers(settings.stream_buffer_bytes))
+    metrics.stream_buffered_bytes.set_function(lambda: streams.buffers.total)
+    metrics.streams_waiting.set_function(lambda: streams.buffers.waiting)
 
     async def fetch_token(key: TokenKey) -> IssuedToken:
         return await request_token(app[keys.KUBE], key.namespace, key.service_account,

@@ -16,6 +16,8 @@ connection may serve further requests.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Iterator
 
 from aiohttp.base_protocol import BaseProtocol
 
@@ -23,8 +25,14 @@ from proxy.passthrough.stream_buffers import StreamBuffers
 
 STREAM_WRITE_HIGH = 64 * 1024
 STREAM_WRITE_LOW = 16 * 1024
-STREAM_READ_AHEAD = 64 * 1024
-"""What a stream's upstream connection may read before its relay takes it."""
+STREAM_READ_AHEAD = 32 * 1024
+"""About what a stream's upstream connection reads ahead of its relay, and
+in one read (http1.Answer.read_ahead): the piece a stream that holds
+nothing may still read past the replica's ceiling. 32 KiB a round trip is
+ample for a watch or a log follow."""
+ONE_PIECE = 2 * STREAM_READ_AHEAD
+"""The most a stream that holds nothing may still take past the replica's
+ceiling: what its connection read ahead, and one read."""
 
 
 class ClientFlow:
@@ -42,6 +50,11 @@ class ClientFlow:
     def note(self, upstream_held: int = 0) -> None:
         self._buffers.note(self, self.held() + upstream_held)
 
+    def fills_up(self, incoming: int) -> bool:
+        """Whether writing `incoming` more bytes will have the client's
+        buffer over its mark (or the replica past its ceiling)."""
+        return self.held() + incoming > STREAM_WRITE_HIGH or self._buffers.over
+
     @property
     def must_wait(self) -> bool:
         """Whether reading more from the API server must wait: the client's
@@ -49,15 +62,26 @@ class ClientFlow:
         stream holds bytes."""
         return self._protocol.writing_paused or (self._buffers.over and self.held() > 0)
 
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """Counted as a stream waiting for its client while inside (a write
+        that waits for room: the count is seen only while it waits)."""
+        self._buffers.waiting += 1
+        try:
+            yield
+        finally:
+            self._buffers.waiting -= 1
+
     async def room(self, upstream_held: int = 0) -> None:
         """Return once this stream may read more from the API server
         (`upstream_held`: what it read and has not written yet). Raises
         ConnectionError if the client is gone."""
         self.note(upstream_held)
-        if self._protocol.writing_paused:
-            await self._protocol._drain_helper()  # what aiohttp's writer awaits: resumed at the low mark
-        if self._buffers.over and self.held() > 0:
-            await self._until_empty()
+        with self.waiting():
+            if self._protocol.writing_paused:
+                await self._protocol._drain_helper()  # what aiohttp's writer awaits: resumed at the low mark
+            if self._buffers.over and self.held() > 0:
+                await self._until_empty()
         self.note(upstream_held)
 
     async def _until_empty(self) -> None:

@@ -39,6 +39,7 @@ import asyncio
 import collections
 import http
 import re
+import socket
 import ssl
 import time
 from typing import AsyncIterable, Awaitable, Callable, TypeVar, cast
@@ -185,6 +186,14 @@ class Answer:
     def buffered(self) -> int:
         """Bytes of the body read from the API server and not yet taken."""
         return self._buffered
+
+    def read_ahead(self, size: int) -> None:
+        """Read at most about `size` bytes ahead of the taker (a stream, whose
+        client may stop reading): the connection pauses past it, and its
+        socket's receive buffer is made as small, so one read is no larger.
+        The connection is not reused afterwards: its buffer stays small."""
+        self.pause_above = size
+        self._connection.shrink_reads(size)
 
     def hold(self) -> None:
         """Stop reading the connection now, whatever is buffered (a stream
@@ -474,6 +483,12 @@ class _Connection(asyncio.Protocol):
         if self._transport is None or self._transport.is_closing():
             raise UpstreamConnectionLost("the API server closed the connection")
         self._transport.write(data)
+
+    def shrink_reads(self, size: int) -> None:
+        self._keep_alive = False
+        sock = self._transport.get_extra_info("socket") if self._transport is not None else None
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size // 2)  # Linux doubles it
 
     def pause(self) -> None:
         if not self._paused and self._transport is not None:

@@ -126,17 +126,23 @@ async def _relay_stream(request: web.Request, upstream: Answer, stream: Stream, 
                                   headers=downstream_response_headers(upstream.headers))
     await response.prepare(request)
     assert request.transport is not None and request.protocol is not None  # prepared: the client is there
-    upstream.pause_above = STREAM_READ_AHEAD
+    upstream.read_ahead(STREAM_READ_AHEAD)
     flow = ClientFlow(request.transport, request.protocol, relay.streams.buffers)
     boundary = EventBoundary(upstream.headers.get("Content-Type", ""))
     try:
         while chunk := await upstream.read_chunk():
             boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
-            await response.write(chunk)
-            flow.note(upstream.buffered)
+            if flow.fills_up(len(chunk)):
+                # aiohttp's write waits for the client once its buffer is over
+                # the mark: the API server's connection is not read meanwhile.
+                upstream.hold()
+            flow.note(len(chunk) + upstream.buffered)  # as it will be once written
+            with flow.waiting():
+                await response.write(chunk)
             if flow.must_wait:
                 upstream.hold()
                 await flow.room(upstream.buffered)
+            flow.note(upstream.buffered)
         await response.write_eof()
     except asyncio.CancelledError:
         if stream.take_end() is None:

@@ -25,6 +25,8 @@ class StreamBuffers:
         self.total = 0
         """The sum of what the streams last noted."""
         self._held: dict[object, int] = {}
+        self.waiting = 0
+        """Streams waiting for their clients to take what they hold (slow or stalled readers)."""
 
     @property
     def over(self) -> bool:
