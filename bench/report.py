@@ -8,6 +8,7 @@ from bench.fairness import fairness_verdicts
 from bench.pods import pod_verdicts
 from bench.rolling import rolling_verdicts
 from bench.sso import print_sso, sso_verdicts
+from bench.workloads.stalled import stalled_verdicts
 
 
 def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -55,7 +56,7 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
          w["rss_after_close_mib"][1] <= 1.05 * w["rss_after_close_mib"][0]),
     ]
     return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
-            + rolling_verdicts(r["rolling_restart"]) + sso_verdicts(r["sso"]))
+            + rolling_verdicts(r["rolling_restart"]) + stalled_verdicts(r["stalled_readers"]) + sso_verdicts(r["sso"]))
 
 
 def print_fair_share(r: dict[str, Any]) -> None:
