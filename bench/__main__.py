@@ -24,6 +24,7 @@ from bench.rolling import rolling_restart
 from bench.sso import preflight, sso
 from bench.sso import settings as sso_settings
 from bench.stack import Stack, temp_root
+from bench.workloads.audit_burst import audit_burst
 from bench.workloads.cold_burst import cold_burst
 from bench.workloads.common import QUICK, ROUNDS, Targets, create_configmaps, interleaved
 from bench.workloads.issuing import issuance, onboarding
@@ -64,6 +65,7 @@ async def main() -> None:
                                                          flood_seconds=15 if QUICK else 40)),
                                ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
                                ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
+                               ("audit_burst", audit_burst(stack)),
                                ("soak", soak(stack, targets)),
                                # Last: nothing else is measured while Keycloak's JVM starts (minutes
                                # of CPU here) or runs; the SSO gateway is a process of its own.

@@ -32,17 +32,22 @@ _STDIN, _STDOUT = 0, 1
 
 
 def _pod(name: str, script: str) -> dict[str, Any]:
+    """Pod Security `restricted` (tiers' default): as busybox's nobody, with
+    the runtime's seccomp profile, no escalation and no capabilities."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{
-                "name": "main", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script],
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
+            "spec": {"terminationGracePeriodSeconds": 0,
+                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65534,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "containers": [{
+                         "name": "main", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script],
+                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}}
 
 
 def _run_pods(stack: Stack, tenant: Tenant) -> None:
     assert stack.cluster is not None
     pods = [_pod("bench-exec", "exec sleep 86400"),
-            _pod("bench-http", f"mkdir -p /www && dd if=/dev/zero of=/www/blob bs=1M count={BLOB_MIB} 2>/dev/null"
-                               " && exec httpd -f -p 8080 -h /www")]
+            _pod("bench-http", f"mkdir -p /tmp/www && dd if=/dev/zero of=/tmp/www/blob bs=1M count={BLOB_MIB}"
+                               " 2>/dev/null && exec httpd -f -p 8080 -h /tmp/www")]
     stack.cluster.kubectl_run("-n", tenant.namespace, "apply", "-f", "-",
                               input="\n---\n".join(json.dumps(pod) for pod in pods))
     stack.cluster.kubectl_run("-n", tenant.namespace, "wait", "--for=condition=Ready", "pod/bench-exec",

@@ -25,6 +25,7 @@ COLUMNS = (
     "issuance_vs_raw", "issuance_p99_ms", "onboarding_vs_raw",
     "exec_p50_vs_direct", "port_forward_vs_direct", "flood_p99_vs_idle",
     "sso_p50_vs_session", "sso_cpu_vs_session",
+    "audit_rows_per_s", "audit_rows_lost",
     "verdicts_met", "verdicts_total",
 )
 """history.csv's columns. A cell is empty where the run lacks the figure
@@ -61,6 +62,18 @@ def run_kind(result: dict[str, Any]) -> str:
     return "quick" if result.get("quick") else "full"
 
 
+def _whole(value: Any) -> int | None:
+    """A rate in the thousands, to the unit (4 significant digits would print 1.235e+04)."""
+    return round(value) if isinstance(value, (int, float)) else None
+
+
+def _audit_lost(result: dict[str, Any]) -> int | None:
+    """Rows lost over the audit burst's three parts (None: no such workload)."""
+    parts = [_get(result, "audit_burst", *keys, "lost")
+             for keys in (("writer", "burst"), ("writer", "drain"), ("gateway",))]
+    return sum(parts) if all(isinstance(p, int) for p in parts) else None
+
+
 def history_row(result: dict[str, Any]) -> dict[str, str]:
     """One run's headline figures, as history.csv's cells."""
     verdicts = result.get("verdicts") or []
@@ -94,6 +107,8 @@ def history_row(result: dict[str, Any]) -> dict[str, str]:
         "flood_p99_vs_idle": _get(result, "fair_share", "p99_ratio"),
         "sso_p50_vs_session": _get(result, "sso", "id_token_vs_session", "p50"),
         "sso_cpu_vs_session": _get(result, "sso", "id_token_vs_session", "cpu_per_get"),
+        "audit_rows_per_s": _whole(_get(result, "audit_burst", "writer", "drain", "rows_per_s")),
+        "audit_rows_lost": _audit_lost(result),
         "verdicts_met": sum(1 for v in verdicts if v["ok"]) if verdicts else None,
         "verdicts_total": len(verdicts) if verdicts else None,
     }

@@ -8,6 +8,7 @@ from bench.fairness import fairness_verdicts
 from bench.pods import pod_verdicts
 from bench.rolling import rolling_verdicts
 from bench.sso import print_sso, sso_verdicts
+from bench.workloads.audit_burst import audit_verdicts, print_audit
 from bench.workloads.stalled import stalled_verdicts
 
 
@@ -56,7 +57,8 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
          w["rss_after_close_mib"][1] <= 1.05 * w["rss_after_close_mib"][0]),
     ]
     return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
-            + rolling_verdicts(r["rolling_restart"]) + stalled_verdicts(r["stalled_readers"]) + sso_verdicts(r["sso"]))
+            + rolling_verdicts(r["rolling_restart"]) + stalled_verdicts(r["stalled_readers"])
+            + audit_verdicts(r["audit_burst"]) + sso_verdicts(r["sso"]))
 
 
 def print_fair_share(r: dict[str, Any]) -> None:
@@ -84,6 +86,7 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
               f"{pods['port_forward_mib_per_s'][target]:>12.1f}")
     print_fair_share(r["fair_share"])
+    print_audit(r["audit_burst"])
     print_sso(r["sso"])
     print("\ntarget                               measured     ok")
     for name, value, ok in verdicts(r):

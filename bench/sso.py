@@ -200,6 +200,18 @@ def _credential(env: dict[str, str], gateway: str, workspace: str) -> tuple[floa
     return elapsed, str(answer["status"]["token"])
 
 
+async def _exec_info(session: aiohttp.ClientSession, gateway: str, token: str, workspace: str) -> str:
+    """KUBERNETES_EXEC_INFO as kubectl sets it for the workspace's `format=exec` kubeconfig (provideClusterInfo)."""
+    url = f"{gateway}/api/v1/workspaces/credentials/kubeconfig?format=exec&workspace_id={workspace}"
+    async with session.get(url, headers=_bearer(token)) as answer:
+        if answer.status != 200:
+            raise RuntimeError(f"exec kubeconfig: {answer.status} {await answer.text()}")
+        cluster = yaml.safe_load(await answer.text())["clusters"][0]["cluster"]
+    return json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "spec": {
+        "interactive": False, "cluster": {"server": cluster["server"],
+                                          "certificate-authority-data": cluster.get("certificate-authority-data")}}})
+
+
 async def _checkouts(session: aiohttp.ClientSession, metrics_url: str) -> float:
     """Connections the gateway took from its database pool so far (its own counter)."""
     async with session.get(f"{metrics_url}/metrics") as answer:
@@ -262,6 +274,8 @@ async def sso(stack: Stack, *, blocks: int, block_requests: int, invocations: in
                 if measured["errors"]:  # a refused token (an ID token past its exp) would be timed as a fast GET
                     raise RuntimeError(f"{measured['errors']} of {measured['requests']} GETs with the {which} failed")
             answered = sum(measured["requests"] + WARM_UP for measured in gets.values())
+            # What kubectl hands the plugin (older revisions ignore it).
+            cli_env["KUBERNETES_EXEC_INFO"] = await _exec_info(session, gateway, session_token, workspace)
 
         first_ms, minted = await asyncio.to_thread(_credential, cli_env, gateway, workspace)
         timings = []

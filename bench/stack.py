@@ -28,6 +28,7 @@ import yaml
 
 from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
+from devstack.nodeparts import LOCAL_IMAGES
 from devstack.processes import free_port
 from provisioning.db.pool import start_embedded_postgres
 
@@ -155,13 +156,14 @@ class Stack:
         env = {
             **os.environ,
             "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
+            "GATEWAY_PUBLIC_URL": f"https://127.0.0.1:{port}",
             "GATEWAY_DATABASE_URL": self.database_url, "GATEWAY_TIERS_FILE": str(self.root / "tiers.yaml"),
             "GATEWAY_SESSION_SECRET": self.session_secret, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
             "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),
             "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
             # The workloads measure thousands of streams and issuances in one workspace.
             "GATEWAY_RATE_KUBECONFIG": "1000000/60", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "100000",
-            "GATEWAY_LOG_LEVEL": "WARNING",
+            "GATEWAY_LOG_LEVEL": "WARNING", "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES,
             **(extra_env or {}),
         }
         if source is not None:

@@ -11,7 +11,9 @@ linked, not copied, while `conf/`, `data/` (H2 database, realm imports) and
 `lib/quarkus/` (what start-dev re-augments) are private, so the shared cache
 is never written by a running server. Realms are imported at start
 (`--import-realm`): seed 004's shape, one realm per tenant organisation, each
-with a confidential client `tenant-gateway`, users with verified email, one
+with a confidential client `tenant-gateway` (and two more: another
+application's, and an automation client whose tokens carry the gateway's
+audience), users with verified email, one
 user whose email is not verified, groups including an admin group, and a
 `groups` claim in the ID token.
 """
@@ -39,6 +41,11 @@ CLIENT_ID = "tenant-gateway"
 OTHER_CLIENT_ID = "other-app"
 """A second confidential client in each realm: its tokens carry another
 audience, which the gateway must refuse."""
+AUTOMATION_CLIENT_ID = "ci-robot"
+"""A third confidential client in each realm, for automation (a CI pipeline):
+an audience mapper adds CLIENT_ID to its ID and access tokens, so its ID
+tokens list the gateway's audience beside its own and name it as `azp`. The
+gateway accepts those ID tokens as bearer credentials, and never its access tokens."""
 PASSWORD = "Correct-Horse-9"
 # Java on 2 shared cores: the first start also re-augments (a Quarkus build).
 START_TIMEOUT_SECONDS = 420.0
@@ -80,20 +87,27 @@ def organisations() -> tuple[RealmSpec, ...]:
     )
 
 
+def _audience_mapper(audience: str) -> dict[str, Any]:
+    return {"name": f"audience {audience}", "protocol": "openid-connect", "protocolMapper": "oidc-audience-mapper",
+            "config": {"included.custom.audience": audience, "id.token.claim": "true",
+                       "access.token.claim": "true", "introspection.token.claim": "true"}}
+
+
 def _client(client_id: str, secret: str, redirect_uris: Sequence[str]) -> dict[str, Any]:
+    automation = client_id == AUTOMATION_CLIENT_ID
     return {
         "clientId": client_id, "enabled": True, "publicClient": False, "secret": secret,
         "clientAuthenticatorType": "client-secret", "protocol": "openid-connect",
-        "standardFlowEnabled": True,
+        "standardFlowEnabled": not automation,
         # Tests and automation fetch ID tokens without a browser through it.
         "directAccessGrantsEnabled": True,
-        "redirectUris": list(redirect_uris), "webOrigins": [],
+        "redirectUris": [] if automation else list(redirect_uris), "webOrigins": [],
         "attributes": {"pkce.code.challenge.method": "S256"},
         "protocolMappers": [{
             "name": "groups", "protocol": "openid-connect", "protocolMapper": "oidc-group-membership-mapper",
             "config": {"claim.name": "groups", "full.path": "false", "id.token.claim": "true",
                        "access.token.claim": "true", "userinfo.token.claim": "true"},
-        }],
+        }] + ([_audience_mapper(CLIENT_ID)] if automation else []),
     }
 
 
@@ -240,7 +254,8 @@ def start_keycloak(state_dir: Path, *, redirect_uris: Sequence[str] = ("https://
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
     _instance(dist, home)
-    client_secrets = {spec.name: {CLIENT_ID: secrets.token_urlsafe(24), OTHER_CLIENT_ID: secrets.token_urlsafe(24)}
+    client_secrets = {spec.name: {client_id: secrets.token_urlsafe(24)
+                                  for client_id in (CLIENT_ID, OTHER_CLIENT_ID, AUTOMATION_CLIENT_ID)}
                       for spec in specs}
     for spec in specs:
         document = realm_document(spec, client_secrets[spec.name], redirect_uris)

@@ -30,6 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGES = ("containerd", "runc", "containernetworking-plugins", "busybox-static")
+# Built on the node, with no registry to pull them from: tenants' pods may
+# run them from the node's cache only because the gateway is told they are
+# shared (GATEWAY_SHARED_IMAGES), as the test suite and `dev` tell it.
+LOCAL_IMAGES = "localhost/tenant-gateway/"
 PAUSE_IMAGE = "localhost/tenant-gateway/pause:v1"
 BUSYBOX_IMAGE = "localhost/tenant-gateway/busybox:v1"
 # Bump when what is built here changes, so every cache rebuilds.

@@ -17,7 +17,7 @@ from provisioning import access
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import Forbidden, NotFound
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.tokens import request_token
 from provisioning.kubeconfig import render_kubeconfig
 from provisioning.models import AuditEvent, IssuedToken, User, Workspace
@@ -34,7 +34,7 @@ async def usable_workspace(db: Database, user: User, workspace_id: uuid.UUID | N
     return access.usable(user, await repo.get_workspace(db, workspace_id))
 
 
-async def issue_token(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
+async def issue_token(db: Database, kube: KubeApi, user: User, workspace_id: uuid.UUID | None, *,
                       ip_address: str | None, ttl_seconds: int, via: str = "kubeconfig") -> tuple[Workspace, IssuedToken]:
     """Mint a tenant token and commit its `IssueKubeconfig` audit row: the one
     path for a downloaded kubeconfig and for a token fetched by the kubectl
@@ -57,7 +57,7 @@ async def issue_token(db: Database, kube: KubeClient, user: User, workspace_id: 
     return workspace, issued
 
 
-async def issue_kubeconfig(db: Database, kube: KubeClient, user: User, workspace_id: uuid.UUID | None, *,
+async def issue_kubeconfig(db: Database, kube: KubeApi, user: User, workspace_id: uuid.UUID | None, *,
                            ip_address: str | None, ttl_seconds: int, public_server: str,
                            public_ca_base64: str) -> str:
     workspace, issued = await issue_token(db, kube, user, workspace_id, ip_address=ip_address,

@@ -130,3 +130,16 @@ class DatabaseBusy(DatabaseUnavailable):
     def __init__(self, retry_after: int, message: str | None = None) -> None:
         super().__init__(message)
         self.retry_after = max(1, int(retry_after))
+
+
+class AuditUnavailable(ServiceUnavailable):
+    """The audit writer has no room for one more row (it is behind, or the
+    database is away) and none came free in time: the action it would
+    record is refused before it happens, never done unaudited."""
+
+    code = "audit_unavailable"
+    message = "the audit log is not keeping up, so the request was not carried out; retry shortly"
+
+    def __init__(self, retry_after: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, int(retry_after))

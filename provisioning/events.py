@@ -204,6 +204,17 @@ class EventListener:
             return
         if not isinstance(message, dict):
             return
+        self._deliver(message)
+
+    def committed(self, message: dict[str, Any]) -> None:
+        """A change this replica has just committed, heard here at once: the
+        caller's next request may come before the database's NOTIFY does, and
+        a right that ended must be gone by then. Every replica, this one
+        included, hears the NOTIFY later; handlers take an event twice alike.
+        Reads under way that began before it do not fill a cache (`may_cache`)."""
+        self._deliver(message)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
         self._generation += 1
         for handler in self._handlers:
             try:

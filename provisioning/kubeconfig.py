@@ -41,7 +41,7 @@ _EXEC_USER = """\
       command: tenant-gateway
       args: [credential, --gateway, {gateway}, --workspace, {workspace}]
       interactiveMode: IfAvailable
-      provideClusterInfo: false
+      provideClusterInfo: true
 """
 
 
@@ -63,6 +63,8 @@ def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str
 
 def render_exec_kubeconfig(*, server: str, ca_base64: str, namespace: str, gateway: str, workspace_id: str) -> str:
     """The same cluster and context; the user runs `tenant-gateway credential`
-    (the contract's `format=exec`), so the file holds no token at all."""
+    (the contract's `format=exec`), so the file holds no token at all.
+    kubectl tells it the cluster it is about to call (provideClusterInfo), and
+    it hands a token only to the workspace's own (proxy.cli.client.cached)."""
     return _render(server, ca_base64, namespace,
                    _EXEC_USER.format(gateway=_scalar(gateway), workspace=_scalar(workspace_id)))

@@ -10,24 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from provisioning import workload_rules
 from provisioning.tiers import Tier, quantity_value
+from provisioning.workload_rules import WorkloadRules
 
 WORKSPACE_LABEL = "tenant-gateway.io/workspace-id"
 # Set on a suspended workspace's namespace; deploy/kubernetes/admission.yaml
 # then refuses every change made there by the namespace's own ServiceAccounts.
 SUSPENDED_LABEL = "tenant-gateway.io/suspended"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "tenant-gateway"}
-# Pod Security admission on every tenant namespace. Without it (the API
-# server's default is "privileged") a tenant could run a privileged or
-# hostPath pod and own the node, and with it every other tenant. "baseline"
-# refuses exactly those escapes and runs ordinary images; "restricted" is
-# advised through warnings and the audit log. Tenants cannot relabel their
-# namespace, and admission.yaml stops the gateway relabelling it.
-POD_SECURITY = {
-    "pod-security.kubernetes.io/enforce": "baseline",
-    "pod-security.kubernetes.io/warn": "restricted",
-    "pod-security.kubernetes.io/audit": "restricted",
-}
+# Pod Security admission on every tenant namespace
+# (workload_rules.pod_security_labels). Without it (the API server's default
+# is "privileged") a tenant could run a privileged or hostPath pod and own
+# the node, and with it every other tenant. "restricted" unless the tier
+# says "baseline" (which refuses exactly those escapes and runs images as
+# root); "restricted" is warned and audited either way. Tenants cannot
+# relabel their namespace, and admission.yaml holds the gateway to those two
+# levels.
 TENANT_SERVICE_ACCOUNT = "sa-tenant-admin"
 TENANT_ROLEBINDING = "tenant-admin"
 QUOTA_NAME = "tenant-quota"
@@ -48,10 +47,40 @@ def _metadata(name: str, workspace_id: str, namespace: str | None = None) -> dic
     return meta
 
 
-def namespace(name: str, workspace_id: str) -> Manifest:
+def namespace(name: str, workspace_id: str, rules: WorkloadRules = WorkloadRules()) -> Manifest:
+    """The tenant's namespace: Pod Security at the tier's level, and the
+    tier's byte caps and image allow-list where admission reads them."""
     meta = _metadata(name, workspace_id)
-    meta["labels"].update(POD_SECURITY)
+    meta["labels"].update(workload_rules.pod_security_labels(rules))
+    meta["annotations"] = workload_rules.namespace_annotations(rules)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def namespace_convergence(existing: Mapping[str, Any], rules: WorkloadRules) -> Convergence | None:
+    """The merge patch that gives an existing namespace its tier's Pod
+    Security level and caps (one onboarded before they existed, or whose
+    tier changed); None if it has them. Annotations of the prefix the tier
+    no longer writes are removed; nothing else is touched."""
+    meta = existing.get("metadata") or {}
+    have_labels: Mapping[str, str] = meta.get("labels") or {}
+    have_notes: Mapping[str, str] = meta.get("annotations") or {}
+    want_labels = workload_rules.pod_security_labels(rules)
+    want_notes = workload_rules.namespace_annotations(rules)
+    labels = {key: value for key, value in want_labels.items() if have_labels.get(key) != value}
+    notes: dict[str, str | None] = {key: value for key, value in want_notes.items() if have_notes.get(key) != value}
+    notes.update({key: None for key in have_notes
+                  if key.startswith(workload_rules.ANNOTATION_PREFIX) and key not in want_notes})
+    if not (labels or notes):
+        return None
+    words = [f"{key} {have_labels.get(key, 'unset')} -> {value}" for key, value in sorted(labels.items())]
+    words += [f"{key} {have_notes.get(key, 'unset')!r} -> {value if value is None else repr(value)}"
+              for key, value in sorted(notes.items())]
+    patch: dict[str, Any] = {}
+    if labels:
+        patch["labels"] = labels
+    if notes:
+        patch["annotations"] = notes
+    return Convergence({"metadata": patch}, ", ".join(words))
 
 
 def service_account(ns: str, workspace_id: str) -> Manifest:
@@ -200,6 +229,11 @@ def role_binding_step(ns: str, workspace_id: str, cluster_role: str) -> Step:
                 TENANT_ROLEBINDING, role_binding(ns, workspace_id, cluster_role))
 
 
+def namespace_step(ns: str, workspace_id: str, tier: Tier) -> Step:
+    return Step("Namespace", "/api/v1/namespaces", ns, namespace(ns, workspace_id, tier.rules),
+                converge=lambda existing: namespace_convergence(existing, tier.rules))
+
+
 def bounds_steps(ns: str, workspace_id: str, tier: Tier) -> list[Step]:
     """What keeps a namespace in bounds: quota, container defaults, network
     isolation. An existing workspace converges to these (`reconcile`)."""
@@ -220,7 +254,7 @@ def onboarding_steps(ns: str, workspace_id: str, tier: Tier, cluster_role: str) 
     before anything could run in it, the ServiceAccount and its binding
     last (resume replaces the one and restores the other on their own)."""
     return [
-        Step("Namespace", "/api/v1/namespaces", ns, namespace(ns, workspace_id)),
+        namespace_step(ns, workspace_id, tier),
         *bounds_steps(ns, workspace_id, tier),
         service_account_step(ns, workspace_id),
         role_binding_step(ns, workspace_id, cluster_role),

@@ -70,3 +70,19 @@ class IssuedToken:
     expires_at: datetime.datetime
     credential_id: str | None
     """The token's `jti`, which the API server writes into its own audit log."""
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """What asked for a device sign-in code, as the approver is shown it:
+    the client's own word for its name (anyone can send any name), the
+    address the gateway saw it come from, and when it asked."""
+
+    client_name: str | None
+    client_address: str | None
+    started_at: datetime.datetime
+    expires_at: datetime.datetime
+
+    def public(self) -> dict[str, Any]:
+        return {"client_name": self.client_name, "client_address": self.client_address,
+                "started_at": self.started_at.isoformat(), "expires_at": self.expires_at.isoformat()}

@@ -27,7 +27,7 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import BadRequest, ClusterUnavailable, Conflict
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAlreadyExists, KubeForbidden, KubeNotFound
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.tiers import Tier
@@ -60,7 +60,7 @@ class Onboarded:
     """True only for the call that completed the workspace (201, not 200)."""
 
 
-async def converge_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> tuple[dict[str, Any], str | None]:
+async def converge_object(kube: KubeApi, step: manifests.Step, workspace_id: str) -> tuple[dict[str, Any], str | None]:
     """Create the object, or adopt it if a previous attempt of ours made it
     and bring it to what the step says (the quota follows its tier). Returns
     the object and what was done to it in words, None if nothing."""
@@ -78,7 +78,7 @@ async def converge_object(kube: KubeClient, step: manifests.Step, workspace_id: 
     return await kube.merge_patch(step.path, change.patch), change.described
 
 
-async def _create(kube: KubeClient, step: manifests.Step) -> dict[str, Any]:
+async def _create(kube: KubeApi, step: manifests.Step) -> dict[str, Any]:
     """Create the object. Quota admission judges a create before the API
     server looks for an object of that name: a repeated onboarding at its
     count would be refused for an object that is already there (and counted
@@ -107,12 +107,12 @@ async def _create(kube: KubeClient, step: manifests.Step) -> dict[str, Any]:
         delay = min(delay * 2, 1.0)
 
 
-async def ensure_object(kube: KubeClient, step: manifests.Step, workspace_id: str) -> dict[str, Any]:
+async def ensure_object(kube: KubeApi, step: manifests.Step, workspace_id: str) -> dict[str, Any]:
     """converge_object, for callers that need only the object."""
     return (await converge_object(kube, step, workspace_id))[0]
 
 
-async def ensure_objects(kube: KubeClient, steps: list[manifests.Step], workspace_id: str) -> list[dict[str, Any]]:
+async def ensure_objects(kube: KubeApi, steps: list[manifests.Step], workspace_id: str) -> list[dict[str, Any]]:
     """The namespace (the first step) must exist first; the others only need
     it, so they go together. Nothing can use them before the row says
     provisioned, so their momentary order does not matter.
@@ -145,7 +145,7 @@ async def onboarded_already(db: Database, user: User, requested_tier: str, *,
     return Onboarded(owned[0], tiers.get(owned[0].tier) or tiers[requested_tier], provisioned_now=False)
 
 
-async def onboard(db: Database, kube: KubeClient, user: User, requested_tier: str, *,
+async def onboard(db: Database, kube: KubeApi, user: User, requested_tier: str, *,
                   tiers: Mapping[str, Tier], cluster_role: str, ip_address: str | None) -> Onboarded:
     if requested_tier not in tiers:
         raise BadRequest(f"unknown tier {requested_tier!r}; known: {', '.join(sorted(tiers))}", code="unknown_tier")

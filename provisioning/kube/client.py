@@ -21,7 +21,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Protocol
 
 import aiohttp
 import yaml
@@ -159,6 +159,38 @@ def _unusable(error: Exception) -> str:
     if isinstance(error, OSError) and error.strerror:  # a file it names (a CA, a key) missing or unreadable
         return str(error.strerror)
     return f"not a usable kubeconfig ({type(error).__name__})"
+
+
+class KubeApi(Protocol):
+    """What the gateway asks of its own Kubernetes client: KubeClient is the
+    real one. Code that takes a client takes this, so the app's `kube` seam
+    (proxy.app.KubeSeam) can hold a FAKE (tests/fakes/kube.py) that mypy
+    checks against the real interface."""
+
+    @property
+    def endpoint(self) -> ClusterEndpoint: ...
+
+    @property
+    def ca_base64(self) -> str: ...
+
+    async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                      query: dict[str, str] | None = None,
+                      content_type: str = "application/json") -> dict[str, Any]: ...
+
+    async def get(self, path: str) -> dict[str, Any]: ...
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def delete(self, path: str) -> dict[str, Any]: ...
+
+    async def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]: ...
+
+    def list_pages(self, path: str, *, page_size: int = LIST_PAGE_SIZE,
+                   label_selector: str | None = None) -> AsyncIterator[list[dict[str, Any]]]: ...
+
+    async def reachable(self) -> bool: ...
 
 
 class KubeClient:

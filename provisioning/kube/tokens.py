@@ -7,7 +7,7 @@ import datetime
 import json
 
 from provisioning.errors import ClusterUnavailable, UpstreamError
-from provisioning.kube.client import KubeClient
+from provisioning.kube.client import KubeApi
 from provisioning.manifests import token_request
 from provisioning.models import IssuedToken
 
@@ -24,7 +24,7 @@ def credential_id(token: str) -> str | None:
     return str(jti) if jti else None
 
 
-async def request_token(kube: KubeClient, namespace: str, service_account: str, ttl_seconds: int,
+async def request_token(kube: KubeApi, namespace: str, service_account: str, ttl_seconds: int,
                         audiences: list[str] | None = None) -> IssuedToken:
     """Mint a token; the expiry is the one the API server granted, which may be
     shorter than asked (it shortens rather than refuses above its maximum).

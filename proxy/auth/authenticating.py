@@ -28,7 +28,7 @@ from provisioning.errors import Forbidden, Unauthenticated
 from provisioning.events import EventListener
 from provisioning.models import User
 from provisioning.secrets import Secret
-from proxy.auth import sessions
+from proxy.auth import scopes, sessions
 from proxy.auth.oidc_registry import OIDCRegistry, admit
 from proxy.auth.oidc_tokens import InvalidIdToken
 from proxy.http.expiring import ExpiringMap
@@ -53,9 +53,19 @@ def id_token_session_id(token: str) -> uuid.UUID:
 @dataclass(frozen=True)
 class Principal:
     user: User
+    """The user as this session acts (`scopes.acting_user`: a credentials-only
+    session never carries the administrator flag)."""
     session_id: uuid.UUID
     via_cookie: bool
     session_expires_at: datetime.datetime
+    scope: str = scopes.FULL
+    """What the session may do (proxy.auth.scopes)."""
+
+
+def session_principal(user: User, claims: sessions.SessionClaims, via_cookie: bool) -> Principal:
+    """The Principal of a gateway session token's claims and its live user."""
+    return Principal(scopes.acting_user(user, claims.scope), claims.session_id, via_cookie, claims.expires_at,
+                     claims.scope)
 
 
 def presented_token(request: web.Request) -> tuple[str, bool] | None:
@@ -98,12 +108,6 @@ class Authenticator:
             user_id = uuid.UUID(message["id"])
             for session_id in [s for s, u in self._sessions.items() if u.id == user_id]:
                 self._sessions.pop(session_id, None)
-
-    def forget_session(self, session_id: uuid.UUID) -> None:
-        """A session this replica has just ended (logout): its event is on
-        the way, but the client's next request may come first, and the
-        session must stop working at once. Other replicas hear the event."""
-        self._sessions.pop(session_id, None)
 
     def _cached_user(self, session_id: uuid.UUID) -> User | None:
         """What `_live_user` reads first, without its coroutine: the warm path
@@ -158,7 +162,7 @@ class Authenticator:
                 return Principal(user, known[1], False, known[0])
             return None
         user = self._cached_user(claims.session_id)
-        return Principal(user, claims.session_id, False, claims.expires_at) if user is not None else None
+        return session_principal(user, claims, False) if user is not None else None
 
     async def authenticate(self, request: web.Request) -> Principal:
         presented = presented_token(request)
@@ -178,4 +182,4 @@ class Authenticator:
                 self._secret, claims.session_id, request.headers.get(sessions.CSRF_HEADER),
                 request.cookies.get(sessions.CSRF_COOKIE)):
             raise Forbidden("cookie-authenticated writes need the X-CSRF-Token header", code="csrf_failed")
-        return Principal(user, claims.session_id, via_cookie, claims.expires_at)
+        return session_principal(user, claims, via_cookie)

@@ -24,7 +24,7 @@ import datetime
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 from urllib.parse import quote
 
 import aiohttp
@@ -179,12 +179,14 @@ class ProviderClient:
                                  code="id_token_signature")
         return key
 
-    async def verify(self, token: str, *, audiences: tuple[str, ...], nonce: str | None = None) -> Identity:
+    async def verify(self, token: str, *, audiences: tuple[str, ...], authorized_parties: Collection[str] | None,
+                     nonce: str | None = None) -> Identity:
         header = oidc_tokens.unverified_header(token)
         discovery = await self.discovery()
         algorithm = oidc_tokens.check_algorithm(header, discovery.algorithms)
         key = await self.signing_key(header.get("kid"))
         return oidc_tokens.verify_id_token(token, key, algorithm, self.provider, audiences=audiences,
+                                           authorized_parties=authorized_parties,
                                            now=datetime.datetime.now(datetime.timezone.utc), nonce=nonce)
 
     async def exchange_code(self, code: str, code_verifier: str, redirect_uri: str) -> str:

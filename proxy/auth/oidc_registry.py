@@ -8,7 +8,10 @@ already holds those of a newer one (repositories.sso_user).
 `bearer_identity` picks the provider by the token's (unverified) issuer,
 then verifies with that provider's keys and accepted audiences: a token of
 one organisation's realm is checked against that realm only, and a token
-minted for another client fails its audience check.
+minted for another client fails its audience check. The client that asked
+for it (`azp`) may be any of the organisation's clients, a CI identity with
+an audience mapper adding the gateway's audience, unless the provider's
+`authorized_parties` lists which (its `client_id` always among them).
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ class OIDCRegistry:
         first_error: InvalidIdToken | None = None
         for client in candidates:
             try:
-                return client.provider, await client.verify(token, audiences=client.provider.accepted_audiences)
+                provider = client.provider
+                return provider, await client.verify(token, audiences=provider.accepted_audiences,
+                                                     authorized_parties=provider.accepted_parties)
             except InvalidIdToken as error:
                 first_error = first_error or error
         assert first_error is not None

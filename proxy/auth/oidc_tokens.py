@@ -4,10 +4,12 @@ What is refused, and why:
 - an algorithm the provider does not advertise, `none`, or any HMAC one: the
   verification key is public, so an HMAC "signature" made with it proves
   nothing (algorithm confusion); the header's `alg` must also be the key's;
+- a token that is not an ID token (`check_is_id_token`): an access token
+  with an accepted audience proves a client may call an API, not who signed in;
 - a wrong `iss` (another organisation's realm), an `aud` this use does not
-  accept (a token minted for another client), a missing or stale `exp`, an
-  `iat` or `nbf` in the future, a `nonce` other than the one this browser's
-  login sent;
+  accept (a token minted for another client), an authorised party (`azp`)
+  this use does not accept, a missing or stale `exp`, an `iat` or `nbf` in
+  the future, a `nonce` other than the one this browser's login sent;
 - `email_verified` not true, and tokens or claims far larger than any real
   provider sends (a 16 KiB token, a thousand groups).
 Only `InvalidIdToken` (401) leaves this module; its messages say which check
@@ -20,7 +22,7 @@ import datetime
 import hmac
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Collection, Iterable, Mapping
 
 import jwt
 
@@ -109,10 +111,58 @@ def _groups(claims: Mapping[str, Any], claim: str) -> frozenset[str]:
     return frozenset(value)
 
 
+_JWT_TYPES = frozenset({"jwt", "application/jwt"})
+
+
+def check_is_id_token(header: Mapping[str, Any], claims: Mapping[str, Any]) -> None:
+    """Refuse a token that says it is anything but an ID token. Pure.
+
+    Providers sign access tokens with the same keys, and an audience mapper
+    can put the gateway's audience in them. So, for any provider:
+    - a JOSE `typ` other than JWT (RFC 9068 access tokens say `at+jwt`; logout
+      and event tokens have types of their own) is refused;
+    - a `typ` claim other than `ID` is refused (Keycloak writes `ID` in ID
+      tokens, `Bearer` in access tokens, `Refresh` and `Logout` in others);
+    - a `scope` or `scp` claim is refused: an access token names the scopes it
+      grants (Keycloak, Auth0, Okta, Entra ID), an ID token never does.
+    """
+    kind = header.get("typ")
+    if kind is not None and (not isinstance(kind, str) or kind.lower() not in _JWT_TYPES):
+        raise InvalidIdToken("the token is not an ID token (its header names another type)", code="not_an_id_token")
+    if "typ" in claims and claims["typ"] != "ID":
+        raise InvalidIdToken("the token is not an ID token (its typ claim names another kind)", code="not_an_id_token")
+    if "scope" in claims or "scp" in claims:
+        raise InvalidIdToken("the token is not an ID token (it grants scopes: an access token)",
+                             code="not_an_id_token")
+
+
+def check_authorized_party(claims: Mapping[str, Any], parties: Collection[str] | None) -> None:
+    """The party the token was issued to (`azp`) must be one of `parties`; None accepts any. Pure.
+
+    The browser sign-in passes the gateway's own client id (OIDC core 3.1.3.7:
+    a token with several audiences must name its `azp`, and it must be the
+    client). Bearer tokens pass the provider's `authorized_parties`, or None:
+    an ID token of any of the organisation's clients (a CI identity) whose
+    `aud` holds an accepted audience is accepted.
+    """
+    if parties is None:
+        return
+    audience = claims.get("aud")
+    party = claims.get("azp")
+    if party is None and isinstance(audience, list) and len(audience) == 1:
+        party = audience[0]
+    elif party is None and isinstance(audience, str):
+        party = audience
+    if not isinstance(party, str) or party not in parties:
+        raise InvalidIdToken("the token was issued for another party", code="id_token_audience")
+
+
 def verify_id_token(token: str, key: jwt.PyJWK, algorithm: str, provider: OIDCProvider, *,
-                    audiences: Iterable[str], now: datetime.datetime, nonce: str | None = None) -> Identity:
-    """Signature, issuer, audience, times, nonce and verified email; `algorithm`
-    has passed `check_algorithm` and `key` is the provider's key for the token's kid."""
+                    audiences: Iterable[str], authorized_parties: Collection[str] | None,
+                    now: datetime.datetime, nonce: str | None = None) -> Identity:
+    """Signature, issuer, audience, authorised party, kind, times, nonce and
+    verified email; `algorithm` has passed `check_algorithm` and `key` is the
+    provider's key for the token's kid."""
     if key.algorithm_name != algorithm:
         raise InvalidIdToken("the token's algorithm does not match its key", code="id_token_algorithm")
     accepted = list(audiences)
@@ -135,9 +185,8 @@ def verify_id_token(token: str, key: jwt.PyJWK, algorithm: str, provider: OIDCPr
         raise InvalidIdToken("the token's signature does not verify", code="id_token_signature") from None
     except (jwt.PyJWTError, ValueError, TypeError):
         raise InvalidIdToken("the token is malformed or lacks required claims") from None
-    # Several audiences: the authorised party must be one this use accepts (OIDC core 3.1.3.7).
-    if isinstance(claims.get("aud"), list) and len(claims["aud"]) > 1 and claims.get("azp") not in accepted:
-        raise InvalidIdToken("the token was issued for another party", code="id_token_audience")
+    check_is_id_token(jwt.get_unverified_header(token), claims)  # the header verified with the claims
+    check_authorized_party(claims, authorized_parties)
     if nonce is not None:
         given = claims.get("nonce")
         if not isinstance(given, str) or not hmac.compare_digest(given.encode(), nonce.encode()):

@@ -5,7 +5,10 @@ database trip; the row lets logout and suspension end a session before its
 `exp`. The algorithm is pinned and every registered claim is required, so
 `alg: none`, algorithm confusion and tokens minted for another audience or
 issuer all fail. The CSRF token is derived from the session id, so a cookie
-planted by a sibling origin cannot be paired with a guessed header.
+planted by a sibling origin cannot be paired with a guessed header. A
+session narrower than its user's rights (a device sign-in's,
+proxy.auth.scopes) says so in a signed `scope` claim; a token without one is
+a full session, and one with a scope this gateway does not know is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import jwt
 
 from provisioning.errors import Unauthenticated
 from provisioning.secrets import Secret
+from proxy.auth.scopes import FULL, SCOPES
 
 ALGORITHM = "HS256"
 ISSUER = "tenant-gateway"
@@ -37,13 +41,17 @@ class SessionClaims:
     session_id: uuid.UUID
     user_id: uuid.UUID
     expires_at: datetime.datetime
+    scope: str = FULL
 
 
 def mint(secret: Secret, user_id: uuid.UUID, session_id: uuid.UUID, now: datetime.datetime,
-         ttl_seconds: int) -> tuple[str, datetime.datetime]:
+         ttl_seconds: int, scope: str = FULL) -> tuple[str, datetime.datetime]:
+    assert scope in SCOPES
     expires_at = now + datetime.timedelta(seconds=ttl_seconds)
-    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": str(user_id), "jti": str(session_id),
-              "iat": int(now.timestamp()), "exp": int(expires_at.timestamp())}
+    claims: dict[str, object] = {"iss": ISSUER, "aud": AUDIENCE, "sub": str(user_id), "jti": str(session_id),
+                                 "iat": int(now.timestamp()), "exp": int(expires_at.timestamp())}
+    if scope != FULL:
+        claims["scope"] = scope
     return jwt.encode(claims, secret.reveal(), algorithm=ALGORITHM), expires_at
 
 
@@ -55,10 +63,14 @@ def verify(secret: Secret, token: str) -> SessionClaims:
             token, secret.reveal(), algorithms=[ALGORITHM], audience=AUDIENCE, issuer=ISSUER,
             options={"require": ["exp", "iat", "iss", "aud", "sub", "jti"]}, leeway=5,
         )
+        scope = claims.get("scope", FULL)
+        if scope not in SCOPES:  # a narrower scope of a newer gateway must not widen here
+            raise ValueError("unknown scope")
         return SessionClaims(
             session_id=uuid.UUID(claims["jti"]),
             user_id=uuid.UUID(claims["sub"]),
             expires_at=datetime.datetime.fromtimestamp(int(claims["exp"]), datetime.timezone.utc),
+            scope=scope,
         )
     except jwt.ExpiredSignatureError:
         raise Unauthenticated("the session has expired; log in again", code="session_expired") from None

@@ -18,7 +18,7 @@ from aiohttp import web
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.models import AuditEvent, User
-from proxy.auth import sessions
+from proxy.auth import scopes, sessions
 from proxy.settings import Settings
 
 
@@ -45,10 +45,12 @@ def plan_session(settings: Settings) -> PlannedSession:
     return PlannedSession(uuid.uuid4(), now, now + datetime.timedelta(seconds=settings.session_ttl_seconds))
 
 
-def issue(settings: Settings, user_id: uuid.UUID, planned: PlannedSession) -> OpenedSession:
-    """The token, CSRF token and cookie lifetime of a session whose row is written."""
+def issue(settings: Settings, user_id: uuid.UUID, planned: PlannedSession,
+          scope: str = scopes.FULL) -> OpenedSession:
+    """The token, CSRF token and cookie lifetime of a session whose row is
+    written; `scope` narrows what it may do (proxy.auth.scopes)."""
     token, expires_at = sessions.mint(settings.session_secret_value, user_id, planned.id, planned.started_at,
-                                      settings.session_ttl_seconds)
+                                      settings.session_ttl_seconds, scope)
     assert expires_at == planned.expires_at
     return OpenedSession(token, expires_at, sessions.csrf_token(settings.session_secret_value, planned.id),
                          settings.session_ttl_seconds)

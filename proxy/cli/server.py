@@ -15,7 +15,7 @@ from typing import Callable, NoReturn, Sequence
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database, start_embedded_postgres
-from provisioning.errors import ClusterUnavailable, GatewayError
+from provisioning.errors import ClusterUnavailable, DatabaseUnavailable, GatewayError
 from provisioning.kube.client import KubeClient
 from provisioning.permissions import PermissionReport, probe_permissions
 from provisioning.reconciling import Reconciled, reconcile
@@ -24,7 +24,7 @@ from proxy.app import create_app, handler_args
 from proxy.auth import passwords
 from proxy.http.logs import configure_logging
 from proxy.server.serving import serve
-from proxy.settings import Settings, SettingsError, settings_from_environment
+from proxy.settings import Settings, SettingsError, StartupError, settings_from_environment, variable_name
 
 log = logging.getLogger("tenant_gateway")
 
@@ -51,6 +51,13 @@ def load(env: dict[str, str] | None = None) -> Settings:
                 out.write(secrets.token_urlsafe(48))
         settings = dataclasses.replace(settings, session_secret=Secret(key_file.read_text().strip()))
     return settings
+
+
+def _fail_on_database(settings: Settings, error: DatabaseUnavailable) -> NoReturn:
+    """The database cannot be used: one line naming the variable that says
+    which database (never its URL, which may hold a password)."""
+    where = variable_name("database_url") if settings.database_url is not None else "the embedded PostgreSQL"
+    _fail(f"{where}: {error.message}", 1)
 
 
 def database_dsn(settings: Settings) -> str:
@@ -137,6 +144,8 @@ def cmd_migrate(settings: Settings) -> int:
 
     try:
         applied = asyncio.run(run())
+    except DatabaseUnavailable as error:
+        _fail_on_database(settings, error)
     except GatewayError as error:
         _fail(error.message, 1)
     print("applied: " + ", ".join(applied) if applied else "database is up to date")
@@ -162,6 +171,8 @@ def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
     password = sys.stdin.readline().rstrip("\r\n")
     try:
         user_id = asyncio.run(create_user(database_dsn(settings), args.email, password, args.admin))
+    except DatabaseUnavailable as error:
+        _fail_on_database(settings, error)
     except GatewayError as error:
         _fail(error.message, 1)
     print(user_id)
@@ -218,6 +229,16 @@ def _tls_context(settings: Settings) -> ssl.SSLContext | None:
     return tls
 
 
+def require_public_url(settings: Settings) -> None:
+    """`serve` is production: every link and redirect URI the gateway builds
+    (device sign-in, OIDC callbacks, `format=exec` kubeconfigs) must name its
+    configured public URL, never the Host a request came with (which a client
+    chooses). Only `dev` may derive it from the request."""
+    if settings.gateway_url is None:
+        _fail("GATEWAY_PUBLIC_URL is required by `serve`: set it to the gateway's public URL, "
+              "e.g. https://gateway.example (only `tenant-gateway dev` derives it from each request)")
+
+
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     _self_check(settings, args.allow_excess_permissions)
     dsn = database_dsn(settings)
@@ -226,7 +247,11 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     tls = _tls_context(settings)
     try:
         return asyncio.run(serve(app, settings, tls, handler_args(settings)))
-    except GatewayError as error:  # start-up failed: the database or the cluster cannot be reached
+    except StartupError as error:  # a port taken
+        _fail(str(error), 1)
+    except DatabaseUnavailable as error:
+        _fail_on_database(settings, error)
+    except GatewayError as error:  # start-up failed: the cluster cannot be reached
         _fail(error.message, 1)
 
 
@@ -260,10 +285,15 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 def _dev(settings: Settings, args: argparse.Namespace) -> int:
     from devstack.cluster import start_local_cluster
+    from devstack.nodeparts import LOCAL_IMAGES
+    from provisioning.tiers import with_cluster_images
 
     cluster = start_local_cluster(settings.data_dir.resolve() / "cluster")
     try:
-        settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig)
+        # The node's own images (no registry serves them) run from its cache.
+        images = (*settings.shared_images, LOCAL_IMAGES)
+        settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig, shared_images=images,
+                                       tiers=with_cluster_images(settings.tiers, images))
         trust = ""
         if settings.tls_cert_file is None:
             # kubectl sends no token over plain HTTP, and session cookies are
@@ -322,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = load()
     configure_logging(settings.log_level)
     if args.command == "serve":
+        require_public_url(settings)
         return cmd_serve(settings, args)
     if args.command == "dev":
         return cmd_dev(settings, args)

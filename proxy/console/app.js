@@ -86,8 +86,8 @@ async function providers() {
     if (!(error instanceof ApiError && error.status === 404)) return; // no single sign-on here
   }
   for (const provider of found ?? []) {
-    // Back to this page after signing in (the device page keeps its code).
-    const next = location.pathname === "/" ? "" : `?next=${encodeURIComponent(location.pathname + location.search)}`;
+    // Back to this page after signing in (the device page, without any code: it is typed).
+    const next = location.pathname === "/" ? "" : `?next=${encodeURIComponent(location.pathname)}`;
     box.append(h("a", { class: "button", href: provider.login_url + next, text: `Sign in with ${provider.display_name || provider.name}` }));
   }
 }
@@ -134,33 +134,65 @@ async function load() {
 
 // ---- device sign-in ------------------------------------------------------
 
-// `tenant-gateway login` sends its user here, to /device?user_code=...
-// The code is approved by a click, never by opening the link: a link that
-// someone else started and sent must not sign their command line in as you.
+// `tenant-gateway login` sends its user here, to /device. The person types
+// the code their own terminal shows: a code in the link is ignored (and
+// dropped from the address bar), since whoever sends a link chooses its
+// code, and a link someone else started must not sign their command line
+// in as you (RFC 8628 section 5.4). The page then shows what asked for the
+// typed code, and only a click on Approve signs it in.
 const DEVICE_PAGE = "/device";
 
 function deviceView() {
   stopView();
   for (const tab of $("views").children) tab.setAttribute("aria-current", "false");
+  if (location.search) history.replaceState(null, "", DEVICE_PAGE);
   const code = h("input", { id: "user-code", name: "user_code", autocomplete: "off", spellcheck: "false", required: true,
-    maxlength: 32, value: new URLSearchParams(location.search).get("user_code") ?? "" });
-  const approve = h("button", { type: "submit", class: "primary" }, "Approve");
+    maxlength: 32 });
+  const next = h("button", { type: "submit", class: "primary" }, "Continue");
+  const cancel = () => show("My workspace");
   const form = h("form", {},
     h("label", { for: "user-code", text: "Code" }), code,
-    h("div", { class: "row" }, approve, h("button", { type: "button", onclick: () => show("My workspace") }, "Cancel")));
+    h("div", { class: "row" }, next, h("button", { type: "button", onclick: cancel }, "Cancel")));
   const root = h("section", { class: "card narrow", "aria-labelledby": "view-title" },
     h("h2", { id: "view-title", text: "Sign in a command line" }),
-    h("p", { text: `The command line that shows this code will act as ${state.me.email} until you sign it out. ` +
-      "Approve only if you ran tenant-gateway login yourself, just now." }),
+    h("p", { text: "Type the code your terminal shows after you ran tenant-gateway login. " +
+      "If someone else sent you a link or a code, stop: they are asking you to sign their command line in as you." }),
     form);
-  form.addEventListener("submit", busy(approve, async () => {
-    await call("POST", "/api/v1/auth/device/approve", { body: { user_code: code.value } });
+  form.addEventListener("submit", busy(next, async () => {
+    const asked = await json("POST", "/api/v1/auth/device/lookup", { body: { user_code: code.value } });
+    confirmDevice(root, code.value, asked, cancel);
+  }));
+  $("view").replaceChildren(root);
+  code.focus();
+}
+
+// What asked for the typed code, for the person to judge: its name is its
+// own claim, the address and the time are what the gateway saw.
+function confirmDevice(root, userCode, asked, cancel) {
+  const started = new Date(asked.started_at);
+  const minutes = Math.max(0, Math.round((Date.now() - started.getTime()) / 60000));
+  const approve = h("button", { type: "button", class: "primary" }, "Approve");
+  root.replaceChildren(
+    h("h2", { id: "view-title", text: "Sign in a command line" }),
+    h("h3", { text: "Check what asked for this code" }),
+    h("dl", { class: "facts", "aria-label": "What asked" },
+      h("dt", { text: "Code" }), h("dd", { text: userCode.toUpperCase() }),
+      h("dt", { text: "Calls itself" }), h("dd", { text: asked.client_name ?? "(no name given)" }),
+      h("dt", { text: "From address" }), h("dd", { text: asked.client_address ?? "(unknown)" }),
+      h("dt", { text: "Asked at" }), h("dd", { text: `${started.toLocaleString()} (${minutes} min ago)` })),
+    h("p", { text: "The name is the command line's own claim: anything can call itself anything. " +
+      "The address and the time are what the gateway saw." }),
+    h("p", { text: `Approving lets that command line fetch credentials for the workspaces of ${state.me.email} ` +
+      "until it signs out or its session ends. It cannot administer, change anything in the console or act as you here. " +
+      "Approve only if you started it yourself, just now, from that address." }),
+    h("div", { class: "row" }, approve, h("button", { type: "button", onclick: cancel }, "Cancel")));
+  approve.addEventListener("click", busy(approve, async () => {
+    await call("POST", "/api/v1/auth/device/approve", { body: { user_code: userCode } });
     history.replaceState(null, "", "/");
     root.replaceChildren(h("h2", { id: "view-title", text: "Command line signed in" }),
       h("p", { text: "Go back to your terminal: it carries on by itself." }));
   }));
-  $("view").replaceChildren(root);
-  code.focus();
+  approve.focus();
 }
 
 // ---- views ---------------------------------------------------------------
@@ -313,8 +345,14 @@ function resourceRow(name, item, detail) {
 }
 
 function manifestForm() {
+  // A pod as workspaces admit it: Pod Security `restricted` (a non-root
+  // numeric user, the runtime's seccomp profile, no escalation, no
+  // capabilities) and an image pulled with the tenant's own right (Always).
   const text = h("textarea", { id: "manifest", rows: "8", spellcheck: "false",
-    placeholder: '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"}, ...}' });
+    placeholder: '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "hello"}, "spec": {'
+      + '"securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}, '
+      + '"containers": [{"name": "main", "image": "registry.example/team/app:1", "imagePullPolicy": "Always", '
+      + '"securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}}]}}' });
   const create = h("button", { type: "submit" }, "Create");
   const form = h("form", { class: "card" }, h("label", { for: "manifest", text: "Manifest (JSON)" }), text, h("div", { class: "row" }, create));
   form.addEventListener("submit", busy(create, async () => {

@@ -35,6 +35,10 @@ class Metrics:
         self.streams_waiting = Gauge(
             "tenant_gateway_proxy_streams_waiting_for_clients",
             "Open streams not reading from the API server until their clients take what they hold", registry=r)
+        self.stream_ceiling_waits = Gauge(
+            "tenant_gateway_proxy_stream_ceiling_waits",
+            "Times a stream stopped reading from the API server because the replica's streams held more than "
+            "GATEWAY_STREAM_BUFFER_BYTES (a count since start)", registry=r)
         self.suspensions = Counter("tenant_gateway_suspensions", "Workspaces suspended", registry=r)
         self.rate_limited = Counter("tenant_gateway_rate_limited", "Requests refused by a rate limit, by limit",
                                     ["limit"], registry=r)
@@ -52,6 +56,21 @@ class Metrics:
         self.express_answers = Counter("tenant_gateway_proxy_express_answers",
                                        "Proxied GETs answered by the express lane (proxy.passthrough.express)",
                                        registry=r)
+        self.audit_rows = Counter("tenant_gateway_audit_rows",
+                                  "Audit rows of proxied writes by where they went: stored, or logged (the "
+                                  "database would not take them)", ["outcome"], registry=r)
+        self.audit_queue_taken = Gauge("tenant_gateway_audit_queue_taken",
+                                       "Places in the audit queue taken: rows reserved, queued or being written",
+                                       registry=r)
+        self.audit_queue_capacity = Gauge("tenant_gateway_audit_queue_capacity", "Places in the audit queue",
+                                          registry=r)
+        self.audit_waits = Counter("tenant_gateway_audit_waits",
+                                   "Proxied writes that waited for room in the audit queue", registry=r)
+        self.audit_refusals = Counter("tenant_gateway_audit_refusals",
+                                      "Proxied writes refused unsent (503 audit_unavailable): no room in the "
+                                      "audit queue in time", registry=r)
+        self._audit_seen = (0, 0, 0, 0)
+        """The audit writer's totals at the last scrape (its counters are its own)."""
 
         # Counted as plain numbers on the hot path and added to their
         # metrics when scraped: a prometheus_client increment is four calls
@@ -88,6 +107,18 @@ class Metrics:
                 pending = self._durations[route] = [0.0] * (len(self._bounds) + 1)
             pending[bisect.bisect_left(self._bounds, seconds)] += 1  # the first bucket whose bound holds it
             pending[-1] += seconds
+
+    def observe_audit(self, *, stored: int, logged: int, waits: int, refusals: int, taken: int,
+                      capacity: int) -> None:
+        """The audit writer's running totals and queue, read at a scrape."""
+        before = self._audit_seen
+        self._audit_seen = (stored, logged, waits, refusals)
+        self.audit_rows.labels(outcome="stored").inc(stored - before[0])
+        self.audit_rows.labels(outcome="logged").inc(logged - before[1])
+        self.audit_waits.inc(waits - before[2])
+        self.audit_refusals.inc(refusals - before[3])
+        self.audit_queue_taken.set(taken)
+        self.audit_queue_capacity.set(capacity)
 
     def _flush(self) -> None:
         """What the hot path counted since the last scrape, into the metrics."""

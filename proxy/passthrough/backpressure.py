@@ -81,6 +81,7 @@ class ClientFlow:
             if self._protocol.writing_paused:
                 await self._protocol._drain_helper()  # what aiohttp's writer awaits: resumed at the low mark
             if self._buffers.over and self.held() > 0:
+                self._buffers.ceiling_waits += 1
                 await self._until_empty()
         self.note(upstream_held)
 

@@ -3,7 +3,8 @@
 The gate decides; the relays (relaying for HTTP, websockets for upgrades)
 carry out. Order of checks, cheapest and most fundamental first:
 authenticate the caller (cookie + CSRF for writes, exact Origin for cookie
-upgrades, or a bearer token); the workspace must be usable by the caller
+upgrades, or a bearer token), whose session must be one that may proxy (not
+a device sign-in's: proxy.auth.scopes); the workspace must be usable by the caller
 (provisioning.access); the path must pass the tenant wall
 (proxy.passthrough.routing); a stream (a watch, a log follow, any WebSocket:
 what the stream registry tracks) opens only while the event listener is
@@ -24,6 +25,7 @@ from provisioning import access
 from provisioning.errors import BadRequest, EventsUnavailable, Forbidden, GatewayError
 from provisioning.events import EventListener
 from provisioning.models import Workspace
+from proxy.auth import scopes
 from proxy.auth.authenticating import Authenticator, Principal
 from proxy.http.error_answers import KUBERNETES_PREFIX
 from proxy.http.requests import client_ip, public_origin, uuid_from
@@ -107,6 +109,8 @@ class Gate:
         read: the full path reads the caches or the database first, the
         express lane its caches alone. A rule for every request belongs
         here, so neither path can skip it."""
+        if not scopes.allows_proxy(who.scope):  # a device sign-in's session holds credentials of its own
+            raise Forbidden(scopes.REFUSAL, code=scopes.REFUSAL_CODE)
         workspace = access.usable(who.user, workspace)
         decision = classify(method, tail, query, workspace.namespace)
         if decision.action == "deny":

@@ -17,7 +17,9 @@ client frames each request itself (http1.request_head), so the client's
 Content-Length and Transfer-Encoding do not travel. On the way down
 Content-Length and Content-Encoding stay, because bodies are relayed byte for
 byte and never decompressed. Transfer-Encoding goes, because each path
-re-chunks what it sends (aiohttp's response, or the express lane itself). Set-Cookie never reaches the browser: the API server has no
+re-chunks what it sends (aiohttp's response, or the express lane itself).
+A header whose value is not UTF-8 text does not cross: aiohttp cannot write
+its bytes as sent (it would drop them silently), so neither path does. Set-Cookie never reaches the browser: the API server has no
 business setting cookies on the gateway's origin. Nor do its Access-Control-*
 headers (which origins may read is the gateway's CORS setting alone) or
 WWW-Authenticate (it describes the API server's authentication, and a Basic
@@ -103,10 +105,29 @@ def downstream_response_lines(fields: list[tuple[bytes, bytes]],
     lines, present = [], set()
     for name, value in fields:
         lowered = name.lower()
-        if lowered not in dropped and not lowered.startswith(_RESPONSE_DROPPED_PREFIXES_BYTES):
+        if (lowered not in dropped and not lowered.startswith(_RESPONSE_DROPPED_PREFIXES_BYTES)
+                and (value.isascii() or _is_utf8(value))):
             lines.append(b"%s: %s" % (name, value))
             present.add(lowered)
     return lines, present
+
+
+def _is_utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _is_text(value: str) -> bool:
+    """No lone surrogate: the relay's upstream client decodes header bytes
+    that are not UTF-8 to surrogates (proxy.passthrough.http1)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> CIMultiDict[str]:
@@ -122,7 +143,10 @@ def upstream_request_headers(incoming: MultiMapping[str], bearer_token: str) -> 
 
 def downstream_response_headers(upstream: MultiMapping[str]) -> CIMultiDict[str]:
     """The API server's headers as the client should see them."""
-    return _without(upstream, _RESPONSE_DROPPED, _RESPONSE_DROPPED_PREFIXES)
+    kept = _without(upstream, _RESPONSE_DROPPED, _RESPONSE_DROPPED_PREFIXES)
+    if all(value.isascii() for value in kept.values()):
+        return kept
+    return CIMultiDict((name, value) for name, value in kept.items() if _is_text(value))
 
 
 # Browsers cannot set Authorization on a WebSocket, so Kubernetes accepts a

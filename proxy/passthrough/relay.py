@@ -14,18 +14,19 @@ from __future__ import annotations
 from typing import Awaitable, Callable
 
 from provisioning.audit import AuditWriter
+from provisioning.audit_queue import Place
 from proxy.http.metrics import Metrics
 from proxy.passthrough.http1 import Answer
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.token_cache import TenantTokenCache
-from proxy.passthrough.upstream import SEND_FAILURES, Upstream, send_failed
+from proxy.passthrough.upstream import SEND_FAILURES, UpstreamApi, send_failed
 
 
 class Relay:
     __slots__ = ("upstream", "pool", "timeout", "tokens", "streams", "audit", "metrics")
 
-    def __init__(self, upstream: Upstream, tokens: TenantTokenCache, streams: StreamRegistry,
+    def __init__(self, upstream: UpstreamApi, tokens: TenantTokenCache, streams: StreamRegistry,
                  audit: AuditWriter, metrics: Metrics) -> None:
         self.upstream = upstream
         self.pool = upstream.pool
@@ -50,12 +51,15 @@ class Relay:
 
     async def exchange(self, ticket: Ticket, token: str, send: Callable[[str], Awaitable[Answer]], *,
                        replayable: bool) -> Answer:
-        """One exchange as the tenant, `send(token)`, recorded once the API
-        server has answered (status 0 if it did not: a write that was sent
-        may have taken effect). A token the API server refuses (401) is
-        forgotten, and a `replayable` request (one without a body) goes once
-        more with a fresh one. Failures are mapped to the error tree here
+        """One exchange as the tenant, `send(token)`. A write first takes a
+        place for its audit row (AuditUnavailable, 503, if none comes free
+        in time: the write never leaves), filled once the API server has
+        answered (status 0 if it did not: a write that was sent may have
+        taken effect). A token the API server refuses (401) is forgotten,
+        and a `replayable` request (one without a body) goes once more with
+        a fresh one. Failures are mapped to the error tree here
         (proxy.passthrough.upstream.send_failed)."""
+        place = await self.audit.reserve() if ticket.decision.is_write else None
         try:
             try:
                 answer = await send(token)
@@ -67,18 +71,19 @@ class Relay:
             except SEND_FAILURES as error:
                 send_failed(error)
         except BaseException:
-            self.record(ticket, 0)
+            self.record(ticket, 0, place)
             raise
         if answer.status == 401:
             self.drop_token(ticket, token)
-        self.record(ticket, answer.status)
+        self.record(ticket, answer.status, place)
         return answer
 
-    def record(self, ticket: Ticket, status: int) -> None:
-        """Writes are recorded with the human identity; reads only counted.
-        Status 0: no answer came (the client left, or the exchange failed),
-        and the write may have taken effect all the same."""
-        if not ticket.decision.is_write:
+    def record(self, ticket: Ticket, status: int, place: Place | None = None) -> None:
+        """Writes are recorded with the human identity, in the `place` taken
+        before they were sent; reads only counted. Status 0: no answer came
+        (the client left, or the exchange failed), and the write may have
+        taken effect all the same."""
+        if place is None:
             self.metrics.proxy_read()
             return
-        self.audit.enqueue(ticket.event("ProxyWrite", status=status))
+        place.fill(ticket.event("ProxyWrite", status=status))

@@ -27,6 +27,9 @@ class StreamBuffers:
         self._held: dict[object, int] = {}
         self.waiting = 0
         """Streams waiting for their clients to take what they hold (slow or stalled readers)."""
+        self.ceiling_waits = 0
+        """Times a stream stopped reading because the replica was past its
+        ceiling (not for its own client's mark): the ceiling at work."""
 
     @property
     def over(self) -> bool:

@@ -22,7 +22,7 @@ gateway's errors.
 from __future__ import annotations
 
 import ssl
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -97,6 +97,25 @@ def ssl_context(ca_pem: bytes | None) -> ssl.SSLContext:
     if ca_pem:
         return ssl.create_default_context(cadata=ca_pem.decode())
     return ssl.create_default_context()
+
+
+class UpstreamApi(Protocol):
+    """What the pass-through needs of its client to the API server: where
+    the server is (the Origin of an upgrade), the exchange's bound, and the
+    pool that carries every request. `Upstream` is the real one; the app's
+    `upstream` seam (proxy.app.UpstreamSeam) takes any that fits, and the
+    app closes only the one it made."""
+
+    @property
+    def server(self) -> str: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+    @property
+    def pool(self) -> Pool: ...
+
+    def close(self) -> None: ...
 
 
 class Upstream:

@@ -121,7 +121,7 @@ async def logout(request: web.Request) -> web.Response:
     async with request.app[keys.DATABASE].transaction() as connection:
         await repo.revoke_session(connection, who.session_id)
         await repo.record_audit(connection, AuditEvent("Logout", who.user.id, None, client_ip(request), {}))
-    request.app[keys.AUTHENTICATOR].forget_session(who.session_id)
+    request.app[keys.EVENTS].committed({"kind": "session_revoked", "id": str(who.session_id)})
     response = web.Response(status=204)
     for cookie in (sessions.SESSION_COOKIE, sessions.CSRF_COOKIE):
         response.del_cookie(cookie, path="/", secure=True, samesite="Strict")
@@ -147,6 +147,8 @@ async def _set_user_status(request: web.Request, status: str, action: str) -> we
         action, who.user.id, None, client_ip(request), {"target_user": str(user_id)}))
     if user is None:
         raise NotFound("no such user")
+    # Ended here before the answer: the user's next request may beat the NOTIFY.
+    request.app[keys.EVENTS].committed({"kind": "user_changed", "id": str(user.id)})
     return web.json_response({"id": str(user.id), "status": user.status})
 
 

@@ -11,6 +11,7 @@ from aiohttp import web
 
 from provisioning.errors import BadRequest, Forbidden, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
 from proxy import keys
+from proxy.auth import scopes
 from proxy.auth.authenticating import Principal
 from proxy.http import requests
 from proxy.http.addresses import rate_subject
@@ -27,9 +28,15 @@ _TRUE, _FALSE = frozenset({"1", "true", "yes"}), frozenset({"", "0", "false", "n
 
 
 async def principal(request: web.Request) -> Principal:
+    """Who is calling, if their session may call this route: every API
+    route that needs a caller asks here, so a narrow session (a device
+    sign-in's, proxy.auth.scopes) is held to its routes in this one place."""
     if keys.PRINCIPAL in request:
         return request[keys.PRINCIPAL]
     found = await request.app[keys.AUTHENTICATOR].authenticate(request)
+    resource = request.match_info.route.resource
+    if not scopes.allows_route(found.scope, request.method, resource.canonical if resource else ""):
+        raise Forbidden(scopes.REFUSAL, code=scopes.REFUSAL_CODE)
     request[keys.PRINCIPAL] = found
     return found
 

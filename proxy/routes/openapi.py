@@ -79,19 +79,25 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/auth/oidc/{name}/callback": {"get": _op(
             "The provider's answer: session cookies and 302 to next", 302, auth=False, ok_type="text/plain",
             errors=(401, 404, 429, 503), params=[_path_name(), _query("state"), _query("code")])},
-        "/api/v1/auth/device": {"post": _op("Start device sign-in (the command line)", 200, body="DeviceStart",
-                                            auth=False, errors=(400, 415, 429, 503))},
-        "/api/v1/auth/device/approve": {"post": _op("Approve a device's user code as the caller", 204,
-                                                    body="DeviceApproval", errors=(400, 403, 429, 503))},
+        "/api/v1/auth/device": {"post": _op(
+            "Start device sign-in (the command line): a user code to be typed at verification_uri "
+            "(no verification_uri_complete: a link carries no code)", 200, body="DeviceStart",
+            auth=False, errors=(400, 415, 429, 503))},
+        "/api/v1/auth/device/lookup": {"post": _op(
+            "What asked for a typed user code: its self-declared client_name, client_address, started_at, "
+            "expires_at (counts as an attempt)", 200, body="DeviceApproval", errors=(400, 403, 415, 429, 503))},
+        "/api/v1/auth/device/approve": {"post": _op(
+            "Approve a typed user code as the caller: the device's session may only mint workspace credentials",
+            204, body="DeviceApproval", errors=(400, 403, 415, 429, 503))},
         "/api/v1/auth/device/token": {"post": _op(
             "Poll: 400 authorization_pending until approved, then a session (once)", 200, body="DeviceToken",
             auth=False, errors=(400, 415, 503))},
-        "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(503,))},
+        "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(403, 503))},
         "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
                                                 errors=(400, 403, 429, 503),
                                                 also_ok={200: "already onboarded: the same workspace"})},
         "/api/v1/workspaces": {"get": _op("List workspaces", 200, errors=(400, 403), params=[_query("all", "boolean")])},
-        "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(404,), params=[_path_id()])},
+        "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(403, 404), params=[_path_id()])},
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
             "Issue a 2-hour kubeconfig", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
             params=[_query("workspace_id"), _query("format")])},
@@ -127,7 +133,9 @@ DOCUMENT: dict[str, Any] = {
     },
     "components": {
         "securitySchemes": {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "the token from login"},
+            "bearer": {"type": "http", "scheme": "bearer", "description": (
+                "the token from login; a device sign-in's token may only call the credential routes and "
+                "logout (403 credentials_only elsewhere, the /k8s/ proxy included)")},
             "cookie": {"type": "apiKey", "in": "cookie", "name": "gw_session",
                        "description": "writes also need X-CSRF-Token equal to the gw_csrf cookie"},
         },
@@ -138,7 +146,11 @@ DOCUMENT: dict[str, Any] = {
                              "description": "register also refuses passwords that are easy to guess "
                                             "(fewer than 4 distinct characters, or containing the email's name)"}}},
             "InitRequest": {"type": "object", "properties": {"tier": {"type": "string", "default": "basic"}}},
-            "DeviceStart": {"type": "object", "properties": {"provider": {"type": "string"}}},
+            "DeviceStart": {"type": "object", "properties": {
+                "provider": {"type": "string"},
+                "client_name": {"type": "string", "maxLength": 100,
+                                "description": "how the client names itself, shown to the approver as its own claim "
+                                               "(printable characters only)"}}},
             "DeviceApproval": {"type": "object", "required": ["user_code"],
                                "properties": {"user_code": {"type": "string"}}},
             "DeviceToken": {"type": "object", "required": ["device_code"],

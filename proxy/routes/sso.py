@@ -96,7 +96,9 @@ async def callback(request: web.Request) -> web.Response:
             raise Unauthenticated("this sign-in is unknown, used, expired or from another browser; start again",
                                   code="invalid_state")
         id_token = await client.exchange_code(code, record["code_verifier"], record["redirect_uri"])
-        identity = await client.verify(id_token, audiences=(provider.client_id,), nonce=record["nonce"])
+        # The token endpoint answered this client: its ID token is issued to this client alone.
+        identity = await client.verify(id_token, audiences=(provider.client_id,),
+                                       authorized_parties=(provider.client_id,), nonce=record["nonce"])
         user = await admit(db, provider, identity)
         # With its audit row, and only if the user is still active (a
         # suspension may have come since `admit` read the row).

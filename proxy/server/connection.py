@@ -2,16 +2,26 @@
 subclassed, and the runner that serves the app with them.
 
 This is the one module that reaches into aiohttp's server internals (an
-import contract keeps `aiohttp.web_protocol` here). What it relies on, each
-checked by tests/unit/test_aiohttp_internals.py so that an upgrade fails
-there, by name, and not in production:
+import contract keeps aiohttp.web_protocol here), and pyproject.toml pins
+aiohttp to the minor release that has them: they are not aiohttp's API
+(as late as 3.14.3, the buffer's pause had other names). What the gateway
+relies on of the classes subclassed here, each checked by
+tests/unit/test_aiohttp_internals.py (with its signature, for a method) so
+that an upgrade fails there, by name, and not in production:
 - RequestHandler's `data_received`, `_handle_request`, `_process_keepalive`,
-  `connection_lost` and `handle_error`, overridden;
+  `connection_lost` and `handle_error`, overridden, and its constructor's
+  manager and keywords (proxy.app.handler_args);
 - its state `_buffer_paused`, `_force_close`, `_close`, `_loop`,
   `_keepalive_timeout`, `_next_keepalive_close_time` and `transport`;
-- its flow control `_pause_reading_for_buffer`, `_resume_reading_for_buffer`
-  and `_drain_helper` (the express lane waits on the last);
-- web.Server's `_kwargs` and `_loop`, and AppRunner's `_make_server`.
+- its flow control: `_pause_reading_for_buffer` and
+  `_resume_reading_for_buffer`, here; `writing_paused` and `_drain_helper`,
+  which the express lane and the WebSocket tunnel wait on;
+- its `force_close` and `log_exception`, here, and `set_parser` and
+  `keep_alive`, which the WebSocket tunnel calls (proxy.passthrough.websockets);
+- a request's `writer` and that writer's `output_size` (an answer has begun);
+- web.Server's `_kwargs` and `_loop`, and its `__call__`, overridden (a
+  Server must also be able to change its class to _Server: no __slots__);
+- AppRunner's `_make_server`, overridden.
 """
 
 from __future__ import annotations

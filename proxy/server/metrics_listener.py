@@ -20,6 +20,7 @@ from aiohttp import web
 
 from proxy import keys
 from proxy.http.metrics import CONTENT_TYPE_LATEST
+from proxy.server.serving import bind
 from proxy.settings import Settings
 
 routes = web.RouteTableDef()
@@ -30,6 +31,9 @@ async def metrics(request: web.Request) -> web.Response:
     metrics = request.app[keys.METRICS]
     metrics.loop_tasks.set(len(asyncio.all_tasks()))
     metrics.requests_in_flight.set(request.app[keys.DRAIN].in_flight)
+    audit = request.app[keys.AUDIT]
+    metrics.observe_audit(stored=audit.rows_written, logged=audit.rows_logged, waits=audit.queue.waits,
+                          refusals=audit.queue.refusals, taken=audit.queue.taken, capacity=audit.queue.capacity)
     body = metrics.exposition()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -42,11 +46,13 @@ def metrics_listener(settings: Settings) -> Callable[[web.Application], AsyncIte
         listener = web.Application()
         listener[keys.METRICS] = app[keys.METRICS]
         listener[keys.DRAIN] = app[keys.DRAIN]
+        listener[keys.AUDIT] = app[keys.AUDIT]
         listener.router.add_routes(routes)
         runner = web.AppRunner(listener, access_log=None, handle_signals=False)
         await runner.setup()
         try:
-            await web.TCPSite(runner, settings.metrics_listen.host, settings.metrics_listen.port).start()
+            site = web.TCPSite(runner, settings.metrics_listen.host, settings.metrics_listen.port)
+            await bind(site, "metrics_listen", settings, " (a port of 0 takes any free one)")
             host, port = runner.addresses[0][:2]
             app[keys.METRICS_ADDRESS] = (str(host), int(port))
             yield

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from proxy import keys
 from proxy.server.connection import GatewayRunner
-from proxy.settings import Settings
+from proxy.settings import Settings, StartupError, variable_name
 
 log = logging.getLogger("tenant_gateway")
 
@@ -58,6 +58,17 @@ def _watchdog(seconds: float) -> threading.Timer:
     timer.daemon = True
     timer.start()
     return timer
+
+
+async def bind(site: web.BaseSite, field: str, settings: Settings, hint: str = "") -> None:
+    """Start listening on the address the setting `field` names; a port
+    taken or an address this host lacks stops the start in one line naming
+    the variable (proxy.settings.StartupError), not with a traceback."""
+    try:
+        await site.start()
+    except OSError as error:
+        raise StartupError(f"{variable_name(field)}={getattr(settings, field)} cannot be listened on "
+                           f"({error.strerror or type(error).__name__}): set it to a free address{hint}") from None
 
 
 async def serve(app: web.Application, settings: Settings, tls: ssl.SSLContext | None,
@@ -87,7 +98,7 @@ async def serve(app: web.Application, settings: Settings, tls: ssl.SSLContext | 
     try:
         await runner.setup()  # the cleanup contexts' start: what did start is closed again below
         site = web.TCPSite(runner, settings.listen.host, settings.listen.port, ssl_context=tls)
-        await site.start()
+        await bind(site, "listen", settings)
         log.info("serving", extra={"listen": str(settings.listen), "tls": tls is not None})
         await stop.wait()
         finished = await drain.wait_idle()

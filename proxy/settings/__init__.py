@@ -10,15 +10,15 @@ the disk; loading.py merges the GATEWAY_CONFIG file with the environment,
 and is the one module that reads files.
 """
 
-from proxy.settings.errors import SettingsError
+from proxy.settings.errors import SettingsError, StartupError
 from proxy.settings.loading import check_files, load_settings, settings_from_environment, with_secret_files
-from proxy.settings.model import VARIABLES, Settings
+from proxy.settings.model import VARIABLES, Settings, variable_name
 from proxy.settings.values import MAX_COUNT, MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS, YEAR_SECONDS, HostPort, \
     RateLimit
 from proxy.settings.variables import Form, Variable, setting
 
 __all__ = [
     "MAX_COUNT", "MAX_TOKEN_TTL_SECONDS", "MIN_TOKEN_TTL_SECONDS", "VARIABLES", "YEAR_SECONDS", "Form", "HostPort",
-    "RateLimit", "Settings", "SettingsError", "Variable", "check_files", "load_settings", "setting",
-    "settings_from_environment", "with_secret_files",
+    "RateLimit", "Settings", "SettingsError", "StartupError", "Variable", "check_files", "load_settings", "setting",
+    "settings_from_environment", "variable_name", "with_secret_files",
 ]

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import yaml
 
 from provisioning.secrets import Secret, yaml_mistake
+from provisioning.tiers import with_cluster_images
 from proxy.settings.errors import SettingsError
 from proxy.settings.model import VARIABLES, Settings
 from proxy.settings.readers import provider_list
@@ -51,7 +52,9 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
         chosen["oidc_providers"] = provider_list("GATEWAY_OIDC_PROVIDERS", config.get(_PROVIDERS_KEY))
     settings = Settings(**chosen)
     _check_together(settings)
-    return settings
+    # What onboarding and reconcile write into each namespace: the tier's
+    # allow-list and the cluster's own.
+    return replace(settings, tiers=with_cluster_images(settings.tiers, settings.shared_images))
 
 
 def _config_mapping(config_text: str | None) -> dict[str, Any]:

@@ -72,6 +72,12 @@ class Settings:
                                         form=Form.FILE_TEXT)
     """Tier name -> quota and limit defaults, from the file
     GATEWAY_TIERS_FILE names; unset, the built-in `basic` tier."""
+    shared_images: tuple[str, ...] = setting((), env="GATEWAY_SHARED_IMAGES", read=readers.images)
+    """Images every tier's pods may take from the node's cache (added to each
+    tier's `sharedImages`): comma-separated images, repositories, or
+    prefixes ending in `/` (e.g. images an operator loads onto the nodes
+    with no registry to pull them from). Any other image must be pulled
+    with `imagePullPolicy: Always`, with the tenant's own credentials."""
     tenant_clusterrole: str = setting("tenant-admin", env="GATEWAY_TENANT_CLUSTERROLE", read=readers.object_name)
     """The ClusterRole bound in each tenant namespace."""
     trusted_proxies: frozenset[str] = setting(frozenset(), env="GATEWAY_TRUSTED_PROXIES", read=readers.addresses)
@@ -94,7 +100,9 @@ class Settings:
     GATEWAY_CONFIG file."""
     gateway_url: str | None = setting(None, env="GATEWAY_PUBLIC_URL", read=readers.origin)
     """The gateway's public URL, for OIDC redirect URIs, device sign-in links
-    and `format=exec` kubeconfigs; unset: the origin the request came to."""
+    and `format=exec` kubeconfigs. `serve` requires it: a link built from a
+    request's Host would be one the client chose. Unset (`dev` only): the
+    origin the request came to."""
     rate_init: RateLimit = setting(RateLimit(5, 3600), env="GATEWAY_RATE_INIT", read=readers.rate_limit)
     """Onboardings per user and per address. Onboarding makes cluster
     objects: few per user per hour stops namespace exhaustion."""
@@ -153,6 +161,15 @@ class Settings:
     """Connections to PostgreSQL per replica: warm proxied requests use none,
     so this serves sign-ins, issuance, onboarding and the opening and closing
     of streams."""
+    audit_queue_rows: int = setting(20_000, env="GATEWAY_AUDIT_QUEUE_ROWS", read=readers.whole(1, MAX_COUNT))
+    """Proxied writes whose audit rows may be waiting to be stored at once
+    (a write takes its place before it is sent). Room for bursts while
+    the writer catches up; it is also what a crash of the replica could
+    lose, the rows being in memory until written."""
+    audit_wait_seconds: float = setting(2.0, env="GATEWAY_AUDIT_WAIT_SECONDS", read=readers.seconds)
+    """How long a proxied write waits for room in the audit queue before
+    it is refused (503 `audit_unavailable`, never sent): the writer is
+    behind, or the database is away."""
     oidc_timeout_seconds: float = setting(15.0, env="GATEWAY_OIDC_TIMEOUT_SECONDS", read=readers.seconds)
     """Any one call to an identity provider (discovery, keys, code exchange):
     they answer in well under a second, and a hung one must not hold a sign-in."""
@@ -186,5 +203,12 @@ class Settings:
 
 
 VARIABLES: tuple[Variable, ...] = tuple(variable for _, variable in declared(Settings))
+_BY_FIELD = {field: variable.name for field, variable in declared(Settings)}
+
+
+def variable_name(field: str) -> str:
+    """The GATEWAY_* variable that sets the field named `field`, for messages
+    that tell a person what to set."""
+    return _BY_FIELD[field]
 """Every variable the gateway reads, one per field: the README's
 configuration table is checked against this list (tests/unit/test_settings.py)."""

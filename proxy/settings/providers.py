@@ -20,7 +20,8 @@ from provisioning.secrets import Secret
 DEFAULT_SCOPES = ("openid", "email", "profile")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _KNOWN = frozenset({"name", "issuer", "client_id", "client_secret", "client_secret_file", "display_name",
-                    "scopes", "groups_claim", "admin_groups", "allowed_groups", "audiences", "ca_file"})
+                    "scopes", "groups_claim", "admin_groups", "allowed_groups", "audiences", "authorized_parties",
+                    "ca_file"})
 
 
 class ProviderConfigError(ValueError):
@@ -47,11 +48,22 @@ class OIDCProvider:
     audiences: tuple[str, ...] = ()
     """ID tokens with one of these as `aud` are accepted as bearer credentials.
     Empty means `(client_id,)`, which `accepted_audiences` applies."""
+    authorized_parties: frozenset[str] | None = None
+    """None: a bearer ID token's `azp` may be any client of the provider (a CI
+    identity's own client, which added an accepted audience). A set limits it
+    to these and `client_id`."""
     ca_file: Path | None = None
 
     @property
     def accepted_audiences(self) -> tuple[str, ...]:
         return self.audiences or (self.client_id,)
+
+    @property
+    def accepted_parties(self) -> frozenset[str] | None:
+        """Who a bearer ID token may be issued to (`azp`); None: any client."""
+        if self.authorized_parties is None:
+            return None
+        return self.authorized_parties | {self.client_id}
 
     @property
     def label(self) -> str:
@@ -105,6 +117,7 @@ def parse_provider(entry: Any, index: int) -> OIDCProvider:
     if "openid" not in scopes:
         raise ProviderConfigError(f"{where}: scopes must include openid")
     allowed = _strings(entry, "allowed_groups", where)
+    parties = _strings(entry, "authorized_parties", where)
     ca_file = _text(entry, "ca_file", where)
     return OIDCProvider(
         name=name, issuer=issuer, client_id=_text(entry, "client_id", where, required=True) or "",
@@ -115,6 +128,7 @@ def parse_provider(entry: Any, index: int) -> OIDCProvider:
         admin_groups=frozenset(_strings(entry, "admin_groups", where) or ()),
         allowed_groups=frozenset(allowed) if allowed is not None else None,
         audiences=_strings(entry, "audiences", where) or (),
+        authorized_parties=frozenset(parties) if parties is not None else None,
         ca_file=Path(ca_file).expanduser() if ca_file else None,
     )
 

@@ -15,6 +15,7 @@ import yaml
 
 from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import Tier, parse_tiers
+from provisioning.workload_rules import image_entry_problem
 from proxy.http.addresses import canonical, is_host
 from proxy.settings.errors import SettingsError
 from proxy.settings.providers import OIDCProvider, ProviderConfigError, parse_providers
@@ -156,6 +157,16 @@ def origins(name: str, text: str) -> tuple[str, ...]:
     # Entries by position, not quoted: one written with user:password@ would print the password.
     return tuple(dict.fromkeys(origin(f"{name} (entry {number})", entry)
                                for number, entry in enumerate(entries, 1)))
+
+
+def images(name: str, text: str) -> tuple[str, ...]:
+    """Comma-separated images, repositories or prefixes (provisioning.workload_rules)."""
+    entries = [entry.strip() for entry in text.split(",") if entry.strip()]
+    for entry in entries:
+        problem = image_entry_problem(entry)
+        if problem:
+            raise SettingsError(f"{name}: {problem}")
+    return tuple(dict.fromkeys(entries))
 
 
 def addresses(name: str, text: str) -> frozenset[str]:

@@ -13,9 +13,9 @@ import aiohttp
 import pytest
 
 from proxy import keys
-from tests.gatewayclient import error_of
-from tests.watches import open_watch
-from tests.gatewayclient import metrics_text, tenant
+from tests.support.gatewayclient import error_of
+from tests.support.watches import open_watch
+from tests.support.gatewayclient import metrics_text, tenant
 
 pytestmark = pytest.mark.cluster
 

@@ -17,8 +17,8 @@ import pytest
 from kubernetes import client
 
 from devstack.cluster import LocalCluster
-from tests import kubeclients
-from tests.attacks.tenants import onboard
+from tests.support import kubeclients
+from tests.support.tenants import onboard
 
 pytestmark = pytest.mark.cluster
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.gatewayclient import admin_session, register_and_login
+from tests.support.gatewayclient import admin_session, register_and_login
 
 pytestmark = pytest.mark.cluster
 

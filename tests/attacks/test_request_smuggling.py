@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.gatewayclient import tenant
+from tests.support.gatewayclient import tenant
 
 pytestmark = pytest.mark.cluster
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from proxy.http.logs import JsonFormatter
-from tests.gatewayclient import PASSWORD, admin_session, register_and_login
+from tests.support.gatewayclient import PASSWORD, admin_session, register_and_login
 
 pytestmark = pytest.mark.cluster
 

@@ -19,23 +19,13 @@ from kubernetes import client
 from devstack.cluster import LocalCluster
 from provisioning import manifests
 from provisioning.tiers import DEFAULT_TIERS
-from tests import kubeclients
-from tests.attacks.tenants import made_long_ago, old_limit_range, onboard, refusal
-from tests.gatewayclient import admin_session
+from tests.support import kubeclients
+from tests.support.gatewayclient import admin_session
+from tests.support.pods import restricted
+from tests.support.tenants import made_long_ago, old_limit_range, onboard, quota_enforced, refusal
 
 pytestmark = pytest.mark.cluster
 BASIC = DEFAULT_TIERS["basic"]
-
-
-async def quota_enforced(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
-    """Wait until the quota controller has counted the namespace against the
-    quota's current `hard` (admission refuses everything the quota names
-    while its status is unknown); the quota's `hard`."""
-    while True:
-        quota = core.read_namespaced_resource_quota(manifests.QUOTA_NAME, namespace)
-        if quota.status and quota.status.hard and set(quota.status.hard) == set(quota.spec.hard):
-            return dict(quota.spec.hard)
-        await asyncio.sleep(0.2)
 
 
 def service(name: str, kind: str = "ClusterIP") -> dict[str, Any]:
@@ -121,8 +111,8 @@ async def test_kinds_beyond_the_core_ones_are_counted_too(gateway: Any, tmp_path
 
 def disk_pod(name: str, limit: str | None = None) -> dict[str, Any]:
     resources = {"limits": {"ephemeral-storage": limit}} if limit else {}
-    return {"metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none", "resources": resources}]}}
+    return restricted({"metadata": {"name": name},
+                       "spec": {"containers": [{"name": "c", "image": "registry.invalid/none", "resources": resources}]}})
 
 
 async def test_node_disk_is_bounded_and_a_plain_pod_gets_its_share(gateway: Any, tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.gatewayclient import admin_session, login
-from tests.gatewayclient import tenant
-from tests.watches import open_watch, until_closed
+from tests.support.gatewayclient import admin_session, login
+from tests.support.gatewayclient import tenant
+from tests.support.watches import open_watch, until_closed
 
 pytestmark = pytest.mark.cluster
 async def watches_on_both(gateway: Any, replica: str, user: Any, workspace: dict[str, Any]) -> list[asyncio.Task[float]]:

@@ -34,10 +34,10 @@ from kubernetes import client
 from devstack.cluster import LocalCluster
 from devstack.node import NODE_NAME
 from provisioning import manifests
-from tests import kubeclients
-from tests.attacks.tenants import Tenant, onboard, refusal
-from tests.gatewayclient import admin_session
-from tests.pods import pod_manifest
+from tests.support import kubeclients
+from tests.support.gatewayclient import admin_session
+from tests.support.pods import pod_manifest, restricted
+from tests.support.tenants import BASELINE_TIERS, Tenant, onboard, refusal
 
 pytestmark = pytest.mark.cluster
 RBAC_GROUP = "rbac.authorization.k8s.io"
@@ -230,8 +230,9 @@ async def test_suspension_lets_go_of_what_a_tenant_pinned_with_a_foreground_dele
 # -- 3. no gateway-grade token outside the gateway ------------------------------
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}], **spec}}
+    """A pod Pod Security `restricted` admits, so the wall under test is what refuses."""
+    return restricted({"metadata": {"name": name},
+                       "spec": {"containers": [{"name": "c", "image": "registry.invalid/none"}], **spec}})
 
 
 def projected_token(seconds: int) -> list[dict[str, Any]]:
@@ -263,11 +264,13 @@ async def test_pods_cannot_carry_a_gateway_grade_token_but_own_accounts_work(
 # -- storage and nodes the tenant reaches past Pod Security -------------------------
 
 async def test_pods_reach_storage_only_through_allowed_volumes_and_unnamed_claims(
-        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+        cluster: LocalCluster, make_gateway: Any, tmp_path: Path) -> None:
     """In-tree network volumes are mounted by the kubelet as root from the
     node's address; a claim naming a PersistentVolume binds whatever
-    Available volume it names, an administrator's hostPath one included."""
-    alice = await onboard(gateway, tmp_path)
+    Available volume it names, an administrator's hostPath one included.
+    On a `baseline` tier: `restricted` Pod Security refuses those volume
+    kinds itself, before this wall is reached."""
+    alice = await onboard(await make_gateway(tiers=BASELINE_TIERS), tmp_path, tier="relaxed")
     ns, core = alice.namespace, alice.core
     for source in ({"nfs": {"server": "nfs.example.test", "path": "/exports/other-tenant"}},
                    {"iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.2001-04.com.example:x", "lun": 0}},

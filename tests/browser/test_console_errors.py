@@ -9,8 +9,8 @@ import pytest
 from playwright.async_api import Browser, expect
 
 from devstack.cluster import LocalCluster
-from tests.browser.conftest import Shots, Watched, new_page, sign_in
-from tests.gatewayclient import PASSWORD, admin_session, register_and_login, unique_email
+from tests.support.browser import Shots, Watched, new_page, sign_in
+from tests.support.gatewayclient import PASSWORD, admin_session, register_and_login, unique_email
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

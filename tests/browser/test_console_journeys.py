@@ -14,9 +14,9 @@ import yaml
 from playwright.async_api import Browser, expect
 
 from devstack.cluster import LocalCluster
-from tests.browser.conftest import Shots, Watched, new_page, sign_in
-from tests.gatewayclient import admin_session, register_and_login
-from tests.pods import pod_manifest
+from tests.support.browser import Shots, Watched, new_page, sign_in
+from tests.support.gatewayclient import admin_session, register_and_login
+from tests.support.pods import pod_manifest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

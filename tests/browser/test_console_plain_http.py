@@ -13,8 +13,8 @@ from playwright.async_api import Browser, expect
 from devstack.cluster import LocalCluster
 from proxy.app import create_app
 from proxy.settings import load_settings
-from tests.browser.conftest import Shots, Watched, new_page, sign_in
-from tests.gatewayclient import PASSWORD, unique_email
+from tests.support.browser import Shots, Watched, new_page, sign_in
+from tests.support.gatewayclient import PASSWORD, unique_email
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

@@ -12,8 +12,8 @@ import pytest
 from playwright.async_api import Browser, Request, expect
 
 from devstack.cluster import LocalCluster
-from tests.browser.conftest import Shots, Watched, new_page, sign_in
-from tests.gatewayclient import register_and_login
+from tests.support.browser import Shots, Watched, new_page, sign_in
+from tests.support.gatewayclient import register_and_login
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

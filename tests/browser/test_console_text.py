@@ -9,7 +9,7 @@ import pytest
 from playwright.async_api import Browser, Page
 
 from devstack.cluster import LocalCluster
-from tests.browser.conftest import Watched, new_page
+from tests.support.browser import Watched, new_page
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

@@ -24,8 +24,8 @@ import pytest
 from aiohttp import web
 from playwright.async_api import Browser, Page
 
-from tests.browser.conftest import Shots, Watched, new_page
-from tests.gatewayclient import PASSWORD, admin_session, unique_email
+from tests.support.browser import Shots, Watched, new_page
+from tests.support.gatewayclient import PASSWORD, admin_session, unique_email
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 

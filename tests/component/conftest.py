@@ -10,12 +10,15 @@ gateway decides on its own: input, sessions, accounts, its own routes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import AsyncIterator
 
 import pytest
 import yaml
 
 from devstack.processes import free_port
-from tests.conftest import gateway_environment
+from provisioning.db.pool import Database
+from tests.fakes.apiserver import api_server, fake_api_server  # noqa: F401  (fixtures, registered for the ring)
+from tests.support.environment import gateway_environment
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +42,12 @@ def gateway_env(no_cluster_kubeconfig: Path, database_url: str) -> dict[str, str
 def cluster() -> None:
     pytest.fail("the component ring has no cluster: a test that needs one belongs in tests/integration",
                 pytrace=False)
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """The test's database (a copy of the migrated template), for a test
+    that reads or writes rows itself; a few connections, for races."""
+    database = await Database.connect(database_url, min_size=1, max_size=3)
+    yield database
+    await database.close()

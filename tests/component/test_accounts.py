@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.gatewayclient import PASSWORD, error_of, register_and_login, unique_email
+from tests.support.gatewayclient import PASSWORD, error_of, register_and_login, unique_email
 
 
 @pytest.mark.parametrize("body, status, code", [

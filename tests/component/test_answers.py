@@ -15,8 +15,10 @@ import pytest
 
 from proxy.routes import openapi
 from proxy.routes.console import CONSOLE_CSP
+from tests.support.lanes import BOTH_LANES
 
 
+@BOTH_LANES
 @pytest.mark.parametrize("method, path, status", [
     ("GET", "/healthz", 200),
     ("GET", "/api/v1/workspaces", 401),
@@ -94,6 +96,7 @@ async def test_openapi_document_matches_the_routes(gateway: Any) -> None:
     assert {"200", "201", "400"} <= set(document["paths"]["/api/v1/workspaces/init"]["post"]["responses"])
 
 
+@BOTH_LANES
 async def test_aiohttps_own_refusals_on_k8s(gateway: Any) -> None:
     """No route matches `/k8s/` with an empty workspace: aiohttp's own 404,
     rendered by the same middleware, is a Status too."""

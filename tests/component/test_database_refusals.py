@@ -25,8 +25,8 @@ from devstack.processes import free_port
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.errors import DatabaseRefused
-from tests.conftest import gateway_environment
-from tests.gatewayclient import error_of, register_and_login
+from tests.support.environment import gateway_environment
+from tests.support.gatewayclient import error_of, register_and_login
 
 SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))
 RIGHT, WRONG = "right-horse-battery", "wrong-horse-battery"
@@ -74,12 +74,12 @@ async def test_the_command_line_says_the_credentials_were_refused_in_one_line(
         assert result.returncode != 0, args
         assert "Traceback" not in result.stderr and WRONG not in result.stderr + result.stdout, result.stderr
         assert result.stderr.splitlines()[-1] == \
-            "tenant-gateway: the database refused the gateway's credentials", (args, result.stderr)
+            "tenant-gateway: GATEWAY_DATABASE_URL: the database refused the gateway's credentials", (args, result.stderr)
 
     missing = await asyncio.to_thread(run, {**env, "GATEWAY_DATABASE_URL": gateway_url(
         password_postgres, RIGHT, database="no_such_database")}, "migrate")
     assert missing.returncode != 0 and "Traceback" not in missing.stderr, missing.stderr
-    assert missing.stderr.splitlines()[-1] == "tenant-gateway: the gateway's database does not exist"
+    assert missing.stderr.splitlines()[-1] == "tenant-gateway: GATEWAY_DATABASE_URL: the gateway's database does not exist"
 
     right = await asyncio.to_thread(run, {**env, "GATEWAY_DATABASE_URL": gateway_url(password_postgres, RIGHT)},
                                     "migrate")

@@ -25,9 +25,10 @@ import pytest
 from provisioning.db.repositories import EVENTS_CHANNEL
 from provisioning.events import EventListener
 from proxy import keys
-from proxy.passthrough.upstream import Upstream
-from tests.component.test_seams import (FakeTokenIssuer, _exec_handshake, api_server, fake_api_server,  # noqa: F401
-                                        k8s_error, provisioned_workspace)
+from tests.fakes.apiserver import RecordingAPIServer
+from tests.fakes.kube import FakeTokenIssuer
+from tests.support.gatewayclient import exec_handshake, k8s_error, provisioned_workspace
+from tests.support.lanes import BOTH_LANES
 
 # What the gateway promises: a stream whose right ends is cut within 5 s.
 PROMISE_SECONDS = 5.0
@@ -186,6 +187,17 @@ async def test_the_heartbeat_never_reaches_subscribers_nor_moves_the_generation(
         assert watched.listener.generation == generation + 1
 
 
+async def test_a_change_committed_here_is_heard_here_before_its_notify(database_url: str) -> None:
+    """What this replica committed (a suspension, a logout) reaches its own
+    subscribers at once, and a cache read begun before it is not kept: the
+    caller's next request may arrive before PostgreSQL's NOTIFY does."""
+    async with listening(database_url) as watched:
+        read_began = watched.listener.generation
+        watched.listener.committed({"kind": "user_changed", "id": "x"})
+        assert watched.events == [{"kind": "user_changed", "id": "x"}]
+        assert not watched.listener.may_cache(read_began)
+
+
 async def readiness(gateway: Any, events: str, within: float = 10) -> tuple[int, dict[str, str]]:
     """/readyz's status and checks, once it reports the listener as `events`."""
     async with asyncio.timeout(within):
@@ -197,8 +209,9 @@ async def readiness(gateway: Any, events: str, within: float = 10) -> tuple[int,
             await asyncio.sleep(0.1)
 
 
+@BOTH_LANES
 async def test_no_stream_opens_while_the_listener_hears_nothing(
-        relay: PostgresRelay, make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+        relay: PostgresRelay, make_gateway: Any, api_server: RecordingAPIServer) -> None:
     """A stream opened then would miss the NOTIFY of a later suspension or
     logout and run until the listener is back; a short request reads the
     database meanwhile and is safe."""
@@ -218,7 +231,7 @@ async def test_no_stream_opens_while_the_listener_hears_nothing(
         assert await k8s_error(answer) == (503, "events_unavailable"), stream
         assert answer.headers["Retry-After"] == "1" and (await answer.json())["details"] == {"retryAfterSeconds": 1}
     exec_ = await gateway.get(pod + "/exec?command=sh&stdout=true",
-                              headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+                              headers={**user.bearer, **exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
     assert await k8s_error(exec_) == (503, "events_unavailable")
     assert len(seen) == before  # none of them reached the API server
     assert (await gateway.get(path, headers=user.bearer)).status == 200  # a short request still goes
@@ -227,8 +240,9 @@ async def test_no_stream_opens_while_the_listener_hears_nothing(
     assert (await gateway.get(path + "?watch=true", headers=user.bearer)).status == 200
 
 
+@BOTH_LANES
 async def test_a_gateway_that_starts_deaf_to_events_says_truly_what_readyz_answers(
-        relay: PostgresRelay, make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream],
+        relay: PostgresRelay, make_gateway: Any, api_server: RecordingAPIServer,
         caplog: pytest.LogCaptureFixture) -> None:
     """Behind a pooler that never delivers notifications it starts anyway,
     and its warning says what /readyz then does: reports, stays ready."""
@@ -244,8 +258,9 @@ async def test_a_gateway_that_starts_deaf_to_events_says_truly_what_readyz_answe
         200, {"database": "ok", "kubernetes": "ok", "events": "unavailable"})
 
 
+@BOTH_LANES
 async def test_a_fresh_gateway_hears_events_before_its_first_request(
-        relay: PostgresRelay, make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+        relay: PostgresRelay, make_gateway: Any, api_server: RecordingAPIServer) -> None:
     """The listener connects in a cleanup context of its own: the server
     must not answer before it is connected, or its first streams are
     refused."""

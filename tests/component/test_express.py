@@ -2,8 +2,12 @@
 one gateway: a warm bearer GET answered beneath aiohttp's server gets what
 the full path would give it, and everything else still reaches the full
 path, on the same connection, in order. The API server is the FAKE one of
-the test seams (tests/component/test_seams.py): it records what reached
-it, answers 401 to a token on cue, and can be stopped mid-test."""
+the test seams (tests/fakes/apiserver.py): it records what reached
+it, answers 401 to a token on cue, and can be stopped mid-test.
+
+What a client sees must not depend on the path: the tests of it run with
+the lane on and off (BOTH_LANES), and with it off the lane answers nothing.
+A test that compares the lane's answer with the full path's is lane-on only."""
 
 from __future__ import annotations
 
@@ -12,57 +16,15 @@ import json
 import ssl
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from proxy import keys
-from tests.component.test_seams import FakeAPIServer, FakeTokenIssuer, k8s_error, provisioned_workspace
-from tests.component.test_seams import fake_api_server  # noqa: F401  (the fixture)
-
-# What a client may send and the API server must never see (proxy.passthrough.headers).
-HOSTILE = {"Impersonate-User": "system:admin", "Impersonate-Group": "system:masters", "X-Remote-User": "admin",
-           "X-Forwarded-For": "10.0.0.1", "Forwarded": "for=10.0.0.1", "X-Real-IP": "10.0.0.1",
-           "Audit-Id": "chosen", "X-CSRF-Token": "x", "Referer": "https://evil.example/",
-           "Proxy-Authorization": "Basic eA==", "TE": "trailers", "Keep-Alive": "timeout=5"}
-
-
-def express_answers(gateway: Any) -> int:
-    counted: int = gateway.server.app[keys.METRICS]._express_answers  # since the last scrape: never scraped here
-    return counted
-
-
-async def recording_api_server(fake_api_server: FakeAPIServer, answer: Any = None,
-                               targets: list[str] | None = None) -> tuple[list[dict[str, str]], Any]:
-    """A FAKE API server keeping the headers (and in `targets`, the path and
-    query) of each request, answering an empty list or with `answer`."""
-    seen: list[dict[str, str]] = []
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        seen.append(dict(request.headers))
-        if targets is not None:
-            targets.append(request.path_qs)
-        if answer is not None:
-            answered: web.StreamResponse = await answer(request)
-            return answered
-        return web.json_response({"kind": "ConfigMapList", "items": []}, headers={"Audit-Id": "server-made",
-                                                                                  "Set-Cookie": "a=b"})
-
-    server, upstream = await fake_api_server(handler)
-    return seen, (server, upstream)
-
-
-async def warm_gateway(make_gateway: Any, fake_api_server: FakeAPIServer, answer: Any = None,
-                       targets: list[str] | None = None) -> tuple[list[dict[str, str]], Any, Any, str, str]:
-    """A gateway before a recording FAKE API server, a signed-in user whose
-    GET of `path` is warm (the lane takes the next), and the user's
-    Authorization header line: (seen, gateway, user, path, authorization)."""
-    seen, (_server, upstream) = await recording_api_server(fake_api_server, answer, targets)
-    gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
-    user, path = await provisioned_workspace(gateway)
-    assert (await gateway.get(path, headers=user.bearer)).status == 200
-    seen.clear()
-    if targets is not None:
-        targets.clear()
-    return seen, gateway, user, path, f"Authorization: {user.bearer['Authorization']}\r\n"
+from tests.fakes.apiserver import FakeAPIServer
+from tests.fakes.kube import FakeTokenIssuer
+from tests.support.express import HOSTILE, by_the_lane, express_answers, recording_api_server, warm_gateway
+from tests.support.gatewayclient import k8s_error, provisioned_workspace
+from tests.support.lanes import BOTH_LANES
 
 
 async def test_a_warm_get_is_answered_by_the_lane_as_the_full_path_answers_it(
@@ -95,8 +57,9 @@ async def test_a_warm_get_is_answered_by_the_lane_as_the_full_path_answers_it(
     assert not {name.lower() for name in HOSTILE} & set(sent[1])
 
 
+@BOTH_LANES
 async def test_requests_on_one_connection_are_answered_in_order_whichever_path_takes_them(
-        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer, express_lane: bool) -> None:
     """Pipelined, in one write: two warm GETs (the lane), a GET the lane
     lends to the full path (no token: a 401 of the gateway's), a warm GET
     (the lane again), then a POST (lent with its body) and a GET after it
@@ -117,7 +80,7 @@ async def test_requests_on_one_connection_are_answered_in_order_whichever_path_t
     before = express_answers(gateway)
     statuses = await raw_exchange(gateway, get() + get() + get(None) + get() + post + get(), answers=6)
     assert statuses == [200, 200, 401, 200, 200, 200]
-    assert express_answers(gateway) - before == 4
+    assert express_answers(gateway) - before == by_the_lane(express_lane, 4)
     assert len(seen) == 1 + 5  # the warm-up, then all but the refused one
 
 
@@ -136,8 +99,9 @@ async def read_answer(reader: asyncio.StreamReader) -> int:
         return status
 
 
+@BOTH_LANES
 async def test_a_refused_token_on_the_lane_is_dropped_and_replaced(
-        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer, express_lane: bool) -> None:
     refused: set[str] = set()
 
     async def refuse_on_cue(request: web.Request) -> web.StreamResponse:
@@ -153,10 +117,11 @@ async def test_a_refused_token_on_the_lane_is_dropped_and_replaced(
     refused.add("Bearer token-1")  # as when its ServiceAccount was replaced
     seen.clear()
     answer = await gateway.get(path, headers=user.bearer)
-    assert answer.status == 200 and express_answers(gateway) == 1
+    assert answer.status == 200 and express_answers(gateway) == by_the_lane(express_lane, 1)
     assert [request["Authorization"] for request in seen] == ["Bearer token-1", "Bearer token-2"]
 
 
+@BOTH_LANES
 async def test_an_api_server_gone_is_the_contracts_503_on_the_lane_too(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     _seen, (server, upstream) = await recording_api_server(fake_api_server)
@@ -172,8 +137,9 @@ async def test_an_api_server_gone_is_the_contracts_503_on_the_lane_too(
     assert "Date" in answer.headers  # as aiohttp writes on every answer
 
 
+@BOTH_LANES
 async def test_a_chunked_answer_is_relayed_whole_and_chunked(
-        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer, express_lane: bool) -> None:
     pieces = [json.dumps({"piece": i, "pad": "x" * 5000}).encode() for i in range(20)]
 
     async def in_pieces(request: web.Request) -> web.StreamResponse:
@@ -192,9 +158,10 @@ async def test_a_chunked_answer_is_relayed_whole_and_chunked(
     warm = await gateway.get(path, headers=user.bearer)
     assert warm.headers["Transfer-Encoding"] == "chunked" and "Content-Length" not in warm.headers
     assert await warm.read() == b"".join(pieces)
-    assert express_answers(gateway) == 1
+    assert express_answers(gateway) == by_the_lane(express_lane, 1)
 
 
+@BOTH_LANES
 async def test_headers_that_ask_for_more_than_a_forward_go_to_the_full_path(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     seen, gateway, user, path, _auth = await warm_gateway(make_gateway, fake_api_server)
@@ -206,6 +173,7 @@ async def test_headers_that_ask_for_more_than_a_forward_go_to_the_full_path(
     assert express_answers(gateway) == 0
 
 
+@BOTH_LANES
 async def test_framing_tricks_never_put_a_request_of_the_clients_making_past_the_gate(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """A front proxy (an ingress) may share one connection among many
@@ -265,6 +233,7 @@ async def raw_exchange(gateway: Any, *pieces: bytes, answers: int, then_nothing:
     return statuses
 
 
+@BOTH_LANES
 async def test_heads_aiohttp_refuses_are_refused_on_the_lane_too(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """What aiohttp's strict parser answers 400 (no Host, a singleton twice,
@@ -293,6 +262,7 @@ async def test_heads_aiohttp_refuses_are_refused_on_the_lane_too(
     assert express_answers(gateway) == 0
 
 
+@BOTH_LANES
 async def test_an_escaped_workspace_id_names_the_same_workspace(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """`%30` is `0` (RFC 3986): the router matches the id decoded, so the
@@ -308,6 +278,13 @@ async def test_an_escaped_workspace_id_names_the_same_workspace(
     assert seen_targets == [path[len(f"/k8s/{workspace}"):]] * 2
 
 
+# Lane off, aiohttp's parser (llhttp) refuses the whole read: "Data after
+# `Connection: close`" is a 400 (HTTP/1.0) and the valid first request is
+# never served; the lane answers it and takes nothing after. A real
+# difference between the paths, reported; strict, so a fix shows here.
+@pytest.mark.parametrize("express_lane", [True, pytest.param(False, marks=pytest.mark.xfail(
+    strict=True, reason="the full path answers 400 to a request pipelined before bytes after Connection: close"))],
+    ids=["lane-on", "lane-off"])
 async def test_nothing_is_taken_after_an_answer_that_closes_the_connection(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     seen_targets: list[str] = []
@@ -319,6 +296,7 @@ async def test_nothing_is_taken_after_an_answer_that_closes_the_connection(
     assert [target.rpartition("?")[2] for target in seen_targets] == ["first=1"]
 
 
+@BOTH_LANES
 async def test_a_connect_with_a_body_leaves_the_connection_to_aiohttp(
         make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
     """aiohttp's parser takes a CONNECT's body for another protocol's bytes
@@ -332,8 +310,9 @@ async def test_a_connect_with_a_body_leaves_the_connection_to_aiohttp(
     assert seen == [] and express_answers(gateway) == 0
 
 
+@BOTH_LANES
 async def test_a_drain_that_ends_mid_answer_cuts_it_and_writes_nothing_into_it(
-        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+        make_gateway: Any, fake_api_server: FakeAPIServer, express_lane: bool) -> None:
     """Cancelled at the end of the drain after its answer began, an express
     answer is cut, as on the full path: a 503 written into a body that is
     under way would reach the client as part of the object."""
@@ -360,7 +339,7 @@ async def test_a_drain_that_ends_mid_answer_cuts_it_and_writes_nothing_into_it(
                      .encode())
         await asyncio.wait_for(first_piece_sent.wait(), 10)
         received = await asyncio.wait_for(reader.readuntil(b"items\":["), 10)
-        assert express_answers(gateway) == 1
+        assert express_answers(gateway) == by_the_lane(express_lane, 1)
         drain = gateway.server.app[keys.DRAIN]
         drain.begin()
         assert not await drain.wait_idle()

@@ -18,7 +18,7 @@ import pytest
 from multidict import CIMultiDict
 
 from devstack.processes import free_port
-from tests.gatewayclient import PASSWORD, admin_session, error_of, register_and_login, unique_email
+from tests.support.gatewayclient import PASSWORD, admin_session, error_of, register_and_login, unique_email
 
 
 @pytest.mark.parametrize("raw", [b"", b"{", b"[]", b"null", b'"x"', b"\xff\xfe"])

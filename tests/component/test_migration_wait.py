@@ -19,7 +19,7 @@ import pytest
 from provisioning.db import migrate as migrations
 from provisioning.db.pool import Database
 from provisioning.errors import DatabaseUnavailable
-from tests.conftest import new_database
+from tests.support.databases import new_database
 
 DATABASE_TIMEOUT = 0.5
 

@@ -100,14 +100,14 @@ async def test_keys_that_cannot_be_fetched_answer_503_until_they_can(http: aioht
     keys_server: web.AppRunner | None = None
     try:
         with pytest.raises(ProviderUnavailable) as first:
-            await client.verify(token, audiences=("tenant-gateway",))
+            await client.verify(token, audiences=("tenant-gateway",), authorized_parties=None)
         assert first.value.status == 503 and first.value.code == "identity_provider_unavailable"
         assert client.jwks_fetches == 1
 
         # Within the interval: still 503, and the provider is not asked again.
         clock.now += INTERVAL - 1
         with pytest.raises(ProviderUnavailable):
-            await client.verify(token, audiences=("tenant-gateway",))
+            await client.verify(token, audiences=("tenant-gateway",), authorized_parties=None)
         assert client.jwks_fetches == 1
 
         async def certs(request: web.Request) -> web.Response:
@@ -117,7 +117,7 @@ async def test_keys_that_cannot_be_fetched_answer_503_until_they_can(http: aioht
         keys_app.router.add_get("/certs", certs)
         keys_server = await serve(keys_app, keys_port)
         clock.now += 1
-        identity = await client.verify(token, audiences=("tenant-gateway",))
+        identity = await client.verify(token, audiences=("tenant-gateway",), authorized_parties=None)
         assert identity.subject == "u-1" and client.jwks_fetches == 2
     finally:
         if keys_server is not None:
@@ -149,22 +149,23 @@ async def test_a_failing_discovery_is_asked_once_per_interval(http: aiohttp.Clie
     client = ProviderClient(provider, http, clock=clock, refetch_interval=INTERVAL, discovery_seconds=3600)
     token = signed(issuer)
     try:
-        outcomes = await asyncio.gather(*(client.verify(token, audiences=("tenant-gateway",)) for _ in range(20)),
-                                        return_exceptions=True)
+        outcomes = await asyncio.gather(*(client.verify(token, audiences=("tenant-gateway",), authorized_parties=None)
+                                          for _ in range(20)), return_exceptions=True)
         assert all(isinstance(outcome, ProviderUnavailable) for outcome in outcomes)
         assert len(hits) == 1
         clock.now += INTERVAL - 1
         with pytest.raises(ProviderUnavailable):
-            await client.verify(token, audiences=("tenant-gateway",))
+            await client.verify(token, audiences=("tenant-gateway",), authorized_parties=None)
         assert len(hits) == 1
 
         failing["now"] = False
         clock.now += 1
-        assert (await client.verify(token, audiences=("tenant-gateway",))).subject == "u-1"
+        assert (await client.verify(token, audiences=("tenant-gateway",), authorized_parties=None)).subject == "u-1"
         assert len(hits) == 2
         failing["now"] = True
         clock.now += 3600
-        assert (await client.verify(signed(issuer, sub="u-2"), audiences=("tenant-gateway",))).subject == "u-2"
+        assert (await client.verify(signed(issuer, sub="u-2"), audiences=("tenant-gateway",),
+                                    authorized_parties=None)).subject == "u-2"
         assert len(hits) == 3
     finally:
         await server.cleanup()
@@ -193,7 +194,7 @@ async def test_discovery_that_would_leak_the_secret_or_keys_is_refused(http: aio
     client = ProviderClient(provider, http, clock=Clock(), refetch_interval=INTERVAL)
     try:
         with pytest.raises(ProviderUnavailable):
-            await client.verify(signed(issuer), audiences=("tenant-gateway",))
+            await client.verify(signed(issuer), audiences=("tenant-gateway",), authorized_parties=None)
         assert elsewhere == []
     finally:
         await server.cleanup()

@@ -11,21 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, AsyncIterator
+from typing import Any
 
-import pytest
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from proxy.routes.ratelimit import CounterSweeper
-from tests.gatewayclient import PASSWORD, error_of, unique_email
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = await Database.connect(database_url, min_size=1, max_size=3)
-    yield database
-    await database.close()
+from tests.support.gatewayclient import PASSWORD, error_of, unique_email
 
 
 async def counters(db: Database, prefix: str = "") -> list[str]:

@@ -14,126 +14,33 @@ command, a WebSocket key that is no key."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import gzip
 import json
 import logging
 import ssl
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator
 
 import pytest
 from aiohttp import web
 
 from devstack import pki
-from provisioning.db import repositories as repo
-from provisioning.kube.client import ClusterEndpoint
 from provisioning.kube.errors import from_status
-from provisioning.models import AuditEvent
 from proxy import keys
 from proxy.passthrough.upstream import Upstream
-from tests.gatewayclient import register_and_login
+from tests.fakes.apiserver import FakeAPIServer, RecordingAPIServer
+from tests.fakes.clock import Clock
+from tests.fakes.kube import FakeTokenIssuer
+from tests.support.gatewayclient import exec_handshake, k8s_error, provisioned_workspace
+from tests.support.lanes import BOTH_LANES
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeTokenIssuer:
-    """A FAKE gateway client: it answers TokenRequests only, each with a new
-    token that lives an hour. Its endpoint is where the gateway's own
-    upstream goes when no `upstream` is passed."""
-
-    ca_base64 = ""
-
-    def __init__(self, server: str = "https://127.0.0.1:1") -> None:
-        self.endpoint = ClusterEndpoint(server, None)
-        self.issued: list[str] = []
-
-    async def reachable(self) -> bool:
-        """What /readyz asks: the FAKE cluster is always there."""
-        return True
-
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        assert path.endswith("/serviceaccounts/sa-tenant-admin/token")
-        self.issued.append(f"token-{len(self.issued) + 1}")
-        expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
-        return {"status": {"token": self.issued[-1], "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}
-
-
-FakeAPIServer = Callable[..., Awaitable[tuple[Any, Upstream]]]
-
-
-@pytest.fixture
-async def fake_api_server(aiohttp_server: Any) -> AsyncIterator[FakeAPIServer]:
-    """Starts a FAKE API server that answers every path with the handler it
-    is given (server options such as `ssl` passed on), and the pass-through
-    upstream to it; the upstreams are closed at the end."""
-    upstreams: list[Upstream] = []
-
-    async def start(handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-                    **server_options: Any) -> tuple[Any, Upstream]:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handler)
-        server = await aiohttp_server(app, **server_options)
-        scheme = "https" if "ssl" in server_options else "http"
-        upstreams.append(Upstream(f"{scheme}://127.0.0.1:{server.port}", None))
-        return server, upstreams[-1]
-
-    yield start
-    for upstream in upstreams:
-        upstream.close()
-
-
-@pytest.fixture
-async def api_server(fake_api_server: FakeAPIServer) -> tuple[list[dict[str, str]], Upstream]:
-    """A FAKE API server that answers every request with an empty list and
-    keeps the headers it was sent."""
-    seen: list[dict[str, str]] = []
-
-    async def answer(request: web.Request) -> web.Response:
-        seen.append(dict(request.headers))
-        return web.json_response({"kind": "ConfigMapList", "items": []})
-
-    _server, upstream = await fake_api_server(answer)
-    return seen, upstream
-
-
-async def provisioned_workspace(gateway: Any) -> tuple[Any, str]:
-    """A signed-in user and the path of a configmap list in their workspace,
-    made in the database directly (no cluster in this ring), returned once
-    the gateway has heard of the provisioning (its workspace_changed event).
-    Arriving later, the event would cut a stream of the workspace being
-    opened, as it would for any right that changed while a stream was
-    authorised: a test must not race it."""
-    heard: set[str] = set()
-    gateway.server.app[keys.EVENTS].subscribe(lambda message: heard.add(str(message.get("id"))))
-    user = await register_and_login(gateway)
-    db = gateway.server.app[keys.DATABASE]
-    namespace = f"tenant-{user.user_id}"
-    workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace, "sa-tenant-admin", "basic")
-    await repo.finish_provisioning(db, workspace.id, "uid-1", AuditEvent("WorkspaceProvisioned", workspace.user_id,
-                                                                         workspace.id, None, {}))
-    async with asyncio.timeout(10):
-        while str(workspace.id) not in heard:
-            await asyncio.sleep(0.01)
-    return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
-
-
-async def k8s_error(answer: Any) -> tuple[int, str]:
-    """Status and code of a refusal on /k8s (the contract's error, in a Kubernetes Status)."""
-    body = await answer.json()
-    assert body["kind"] == "Status" and body["code"] == answer.status, body
-    return answer.status, body["error"]["code"]
+# Every test here holds on both request paths (the express lane on and off).
+pytestmark = BOTH_LANES
 
 
 async def test_a_tenant_token_is_renewed_at_its_refresh_point_on_the_gateways_clock(
-        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+        make_gateway: Any, api_server: RecordingAPIServer) -> None:
     seen, upstream = api_server
     issuer, clock = FakeTokenIssuer(), Clock()
     gateway = await make_gateway(kube=issuer, upstream=upstream, clock=clock)
@@ -336,7 +243,7 @@ class RefusingTokenIssuer(FakeTokenIssuer):
 
 
 async def test_a_tenant_token_the_api_server_will_not_mint_is_a_503_without_its_words(
-        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+        make_gateway: Any, api_server: RecordingAPIServer) -> None:
     # The same answer a kubeconfig download gives (provisioning.credentials):
     # nothing the tenant can fix, and not the API server's text.
     _seen, upstream = api_server
@@ -386,7 +293,7 @@ async def test_a_namespace_read_answered_with_no_object_is_a_502_not_a_500(
 
 
 async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
-        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream], caplog: pytest.LogCaptureFixture) -> None:
+        make_gateway: Any, api_server: RecordingAPIServer, caplog: pytest.LogCaptureFixture) -> None:
     """aiohttp's handshake check reads the first Sec-WebSocket-Protocol line
     only and logs both lists when they do not overlap."""
     from multidict import CIMultiDict
@@ -395,7 +302,7 @@ async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
     user, path = await provisioned_workspace(gateway)
     secret = "base64url.bearer.authorization.k8s.io.c2VjcmV0LXRva2Vu"
-    headers = CIMultiDict(_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="))
+    headers = CIMultiDict(exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="))
     headers.update(user.bearer)
     headers.add("Sec-WebSocket-Protocol", "")
     headers.add("Sec-WebSocket-Protocol", f"{secret}, v5.channel.k8s.io")
@@ -405,12 +312,8 @@ async def test_a_bearer_subprotocol_on_a_second_header_line_is_not_logged(
     assert "c2VjcmV0LXRva2Vu" not in caplog.text
 
 
-def _exec_handshake(key: str) -> dict[str, str]:
-    return {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key}
-
-
 async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
-        make_gateway: Any, api_server: tuple[list[dict[str, str]], Upstream]) -> None:
+        make_gateway: Any, api_server: RecordingAPIServer) -> None:
     seen, upstream = api_server
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
     user, path = await provisioned_workspace(gateway)
@@ -418,17 +321,17 @@ async def test_hostile_exec_handshakes_are_4xx_before_the_api_server(
     # A NUL in the command: PostgreSQL's jsonb cannot hold it in the exec's
     # audit row, which comes first (no row, no session).
     nul = await gateway.get(f"{exec_path}?command=%00&stdout=true", headers={**user.bearer,
-                                                                             **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+                                                                             **exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
     assert await k8s_error(nul) == (400, "invalid_text")
     # A key that is not 16 bytes of base64 (aiohttp's own check raised on non-ASCII).
     for key in ("\u00e9", "not a key"):
-        refused = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={**user.bearer, **_exec_handshake(key)})
+        refused = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={**user.bearer, **exec_handshake(key)})
         assert await k8s_error(refused) == (400, "bad_websocket_handshake"), key
     assert seen == []
     # Extensions aiohttp's own parser cannot read (an int of 4,301 digits) are
     # not a 500: they are the client's, and never go upstream.
     huge = await gateway.get(f"{exec_path}?command=sh&stdout=true", headers={
-        **user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="),
+        **user.bearer, **exec_handshake("dGhlIHNhbXBsZSBub25jZQ=="),
         "Sec-WebSocket-Extensions": "permessage-deflate; server_max_window_bits=" + "1" * 4400})
     # (The FAKE API server answers 200 to every request: a path without WebSockets.)
     assert await k8s_error(huge) == (400, "upgrade_not_supported")
@@ -457,7 +360,7 @@ async def test_an_upgrade_the_api_server_answers_without_switching_is_refused_by
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream)
     user, path = await provisioned_workspace(gateway)
     caplog.set_level(logging.INFO)
-    refused = await gateway.get(path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+    refused = await gateway.get(path, headers={**user.bearer, **exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
     assert await k8s_error(refused) == refusal
     # Only the API server's own failures are worth a warning: no tenant can make one at will.
     warned = [r for r in caplog.records if r.levelno >= logging.WARNING and r.getMessage() == "request failed"]
@@ -484,7 +387,7 @@ async def test_an_upgrade_refusal_with_the_api_servers_reason_reaches_the_client
     user, path = await provisioned_workspace(gateway)
     exec_path = path.replace("/configmaps", "/pods/p/exec") + "?command=sh&stdout=true&container=nope"
     for status in (400, 429):
-        refused = await gateway.get(exec_path, headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+        refused = await gateway.get(exec_path, headers={**user.bearer, **exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
         body = await refused.json()
         assert refused.status == status and body["code"] == status
         assert body["message"] == 'container "nope" not found in pod "p"'
@@ -513,7 +416,7 @@ async def test_a_stream_still_opening_when_the_stop_begins_is_answered_503_shutt
         opening = gateway.get(f"{path}?watch=true", headers=user.bearer)
     else:
         opening = gateway.get(path.replace("/configmaps", "/pods/p/exec") + "?command=sh&stdout=true",
-                              headers={**user.bearer, **_exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
+                              headers={**user.bearer, **exec_handshake("dGhlIHNhbXBsZSBub25jZQ==")})
     answer = asyncio.ensure_future(opening)
     await asyncio.wait_for(asked.wait(), 10)
     gateway.server.app[keys.DRAIN].begin()

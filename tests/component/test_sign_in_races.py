@@ -20,24 +20,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import uuid
-from typing import Any, AsyncIterator, Awaitable, TypeVar
+from typing import Any, Awaitable, TypeVar
 
 import asyncpg
-import pytest
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.models import AuditEvent
-from tests.gatewayclient import PASSWORD, error_of, register_and_login, unique_email
+from tests.support.gatewayclient import PASSWORD, error_of, register_and_login, unique_email
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = await Database.connect(database_url, min_size=1, max_size=2)
-    yield database
-    await database.close()
 
 
 async def during_suspension(database_url: str, user_id: uuid.UUID, sign_in: Awaitable[T]) -> T:

@@ -18,10 +18,9 @@ import asyncio
 import datetime
 import json
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any
 
 import asyncpg
-import pytest
 
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
@@ -33,13 +32,6 @@ T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
 
 def at(seconds: int) -> datetime.datetime:
     return T0 + datetime.timedelta(seconds=seconds)
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = await Database.connect(database_url, min_size=1, max_size=2)
-    yield database
-    await database.close()
 
 
 class Person:

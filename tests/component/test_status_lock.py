@@ -24,7 +24,7 @@ from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import Conflict, ServiceUnavailable
 from proxy import keys
-from tests.gatewayclient import admin_session, error_of, register_and_login
+from tests.support.gatewayclient import admin_session, error_of, register_and_login
 
 
 async def test_a_trying_caller_is_told_and_a_waiting_one_is_let_in_after_the_holder(database_url: str) -> None:

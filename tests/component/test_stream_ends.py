@@ -28,11 +28,11 @@ from provisioning.secrets import Secret
 from proxy import keys
 from proxy.auth import sessions
 from proxy.passthrough.backpressure import ONE_PIECE
-from tests.component.test_seams import FakeAPIServer, FakeTokenIssuer, fake_api_server, provisioned_workspace
-from tests.conftest import SESSION_SECRET
-from tests.gatewayclient import Session
+from tests.fakes.apiserver import FakeAPIServer
+from tests.fakes.kube import FakeTokenIssuer
+from tests.support.environment import SESSION_SECRET
+from tests.support.gatewayclient import Session, provisioned_workspace
 
-__all__ = ["fake_api_server"]  # the fixture, used here by name
 
 ADDED = b'{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"first"}}}\n'
 MODIFIED = b'{"type":"MODIFIED","object":{"kind":"ConfigMap","metadata":{"name":"first"}}}\n'
@@ -211,9 +211,9 @@ async def test_stalled_readers_are_held_by_back_pressure_within_the_replicas_cei
     back-pressure reaches the API server), and what the streams hold stays
     within the ceiling plus one piece per stream (a stream that holds
     nothing may still read one, so readers that keep up are never stopped
-    by those that do not). (At this scale the per-stream marks alone keep
-    the total under that bound too: this shows the bound and the
-    back-pressure, not that the ceiling is what holds it.)"""
+    by those that do not). The stalled streams' own marks add up to more
+    than the ceiling, so streams also stop for the ceiling itself: its
+    count of waits is not zero."""
     readers = 32
     ceiling = 1024 * 1024  # the least the setting allows; the stalled streams hold more than it
     line = json.dumps({"type": "ADDED", "object": {"data": "x" * 4000}}).encode() + b"\n"
@@ -240,5 +240,6 @@ async def test_stalled_readers_are_held_by_back_pressure_within_the_replicas_cei
             await asyncio.sleep(0.05)
     held = registry.get_sample_value("tenant_gateway_proxy_stream_buffered_bytes")
     assert held is not None and 0 < held <= ceiling + readers * ONE_PIECE, held
+    assert (registry.get_sample_value("tenant_gateway_proxy_stream_ceiling_waits") or 0) > 0
     for writer in clients:
         writer.close()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.gatewayclient import PASSWORD, admin_session, error_of, register_and_login, unique_email
+from tests.support.gatewayclient import PASSWORD, admin_session, error_of, register_and_login, unique_email
 
 pytestmark = pytest.mark.cluster
 

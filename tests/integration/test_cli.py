@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -21,9 +22,10 @@ from provisioning import manifests
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.tiers import DEFAULT_TIERS
-from tests import kubeclients
-from tests.attacks.tenants import made_long_ago, old_limit_range, onboard
-from tests.gatewayclient import PASSWORD, login, register_and_login
+from proxy.settings import load_settings
+from tests.support import kubeclients
+from tests.support.gatewayclient import PASSWORD, login, register_and_login
+from tests.support.tenants import made_long_ago, old_limit_range, onboard
 
 pytestmark = pytest.mark.cluster
 SCRIPT = str(Path(sys.executable).with_name("tenant-gateway"))
@@ -189,8 +191,8 @@ def test_check_names_what_is_missing(cluster: LocalCluster, gateway_env: dict[st
 
 
 def test_serve_refuses_to_start_with_excess_permissions(cluster: LocalCluster, gateway_env: dict[str, str]) -> None:
-    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(cluster.admin_kubeconfig), "GATEWAY_LISTEN": "127.0.0.1:0"},
-                 "serve")
+    result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(cluster.admin_kubeconfig), "GATEWAY_LISTEN": "127.0.0.1:0",
+                  "GATEWAY_PUBLIC_URL": "https://gw.example"}, "serve")
     assert result.returncode == 1
     assert "refusing to start" in result.stderr
 
@@ -203,12 +205,41 @@ def test_serve_refuses_to_start_when_its_check_cannot_run(cluster: LocalCluster,
     kubeconfig["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     (tmp_path / "gone.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
     result = run({**gateway_env, "GATEWAY_KUBECONFIG": str(tmp_path / "gone.kubeconfig"),
-                  "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"},
-                 "serve")
+                  "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+                  "GATEWAY_PUBLIC_URL": "https://gw.example"}, "serve")
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.splitlines()[-1]
     assert last.startswith("tenant-gateway: the permission self-check could not run (") and \
         last.endswith("); refusing to start"), result.stderr
+
+
+@pytest.mark.parametrize("variable", ["GATEWAY_LISTEN", "GATEWAY_METRICS_LISTEN"])
+def test_serve_names_the_listen_variable_whose_port_is_taken(gateway_env: dict[str, str], variable: str) -> None:
+    """A second replica on one host: its start-up failure is one line naming
+    what to set, never an OSError traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        listeners = {"GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+                     variable: f"127.0.0.1:{port}"}
+        result = run({**gateway_env, **listeners}, "serve")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith(f"tenant-gateway: {variable}=127.0.0.1:{port} cannot be listened on ("), result.stderr
+    assert last.endswith("set it to a free address" + (" (a port of 0 takes any free one)"
+                                                       if variable == "GATEWAY_METRICS_LISTEN" else "")), last
+
+
+def test_serve_names_the_database_url_it_cannot_use(gateway_env: dict[str, str]) -> None:
+    """A database that refuses the gateway: one line naming GATEWAY_DATABASE_URL."""
+    wrong = gateway_env["GATEWAY_DATABASE_URL"].rsplit("/", 1)[0] + "/no_such_database"
+    result = run({**gateway_env, "GATEWAY_DATABASE_URL": wrong, "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}",
+                  "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"}, "serve")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("tenant-gateway: GATEWAY_DATABASE_URL: "), result.stderr
+    assert wrong not in result.stderr  # never the URL, which may hold a password
 
 
 def test_settings_errors_stop_start_up_with_a_message(gateway_env: dict[str, str]) -> None:
@@ -359,7 +390,9 @@ async def test_reconcile_finishes_an_onboarding_cut_short(
         workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace,
                                                   manifests.TENANT_SERVICE_ACCOUNT, "basic")
         admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
-        admin.create_namespace(manifests.namespace(namespace, str(workspace.id)))
+        # As the cut attempt made it: with the tier's rules as this gateway has them.
+        rules = load_settings(gateway_env).tiers["basic"].rules
+        admin.create_namespace(manifests.namespace(namespace, str(workspace.id), rules))
         refused = await user.call("GET", "/api/v1/workspaces/credentials/kubeconfig")
         assert refused.status == 409  # half-made: no credential
 
@@ -401,8 +434,10 @@ def test_reconcile_says_what_it_cannot_reach(cluster: LocalCluster, gateway_env:
 
 def test_migrate_and_serve_say_the_database_is_unreachable_in_one_line(gateway_env: dict[str, str]) -> None:
     gone = {**gateway_env, "GATEWAY_DATABASE_URL": f"postgresql://gw:pw@127.0.0.1:{free_port()}/gw",
-            "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}"}
+            "GATEWAY_LISTEN": f"127.0.0.1:{free_port()}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
+            "GATEWAY_PUBLIC_URL": "https://gw.example"}
     for command in ("migrate", "serve"):
         result = run(gone, command)
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-        assert result.stderr.splitlines()[-1] == "tenant-gateway: the database is unreachable; retry later", command
+        assert result.stderr.splitlines()[-1] == \
+            "tenant-gateway: GATEWAY_DATABASE_URL: the database is unreachable; retry later", command

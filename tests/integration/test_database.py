@@ -21,7 +21,7 @@ from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.models import AuditEvent
-from tests.conftest import new_database
+from tests.support.databases import new_database
 
 
 @pytest.fixture
@@ -134,24 +134,3 @@ async def test_an_issuance_is_recorded_only_for_the_workspace_as_it_was_read(dat
         assert [row["action"] for row in rows] == ["IssueKubeconfig"]
     finally:
         await db.close()
-
-
-async def test_the_audit_writer_outlives_a_batch_the_database_refuses(database_url: str) -> None:
-    """PostgreSQL's jsonb refuses \\u0000 (a real refusal, not a fake): that
-    batch is dropped and logged, and the writer goes on recording."""
-    from provisioning.audit import AuditWriter
-
-    db = await Database.connect(database_url, min_size=1, max_size=2)
-    writer = AuditWriter(db, interval=0.05)
-    try:
-        user = await repo.create_user(db, f"{uuid.uuid4().hex}@example.test", "not-a-real-hash")
-        await writer.start()
-        writer.enqueue(AuditEvent("ProxyWrite", user.id, None, None, {"path": "\x00"}))
-        await asyncio.sleep(0.3)
-        writer.enqueue(AuditEvent("ProxyWrite", user.id, None, None, {"path": "/after"}))
-        await asyncio.sleep(0.3)
-    finally:
-        await writer.stop()
-        rows = await repo.query_audit(db, user_id=user.id)
-        await db.close()
-    assert [row["details"] for row in rows] == [{"path": "/after"}]

@@ -9,9 +9,11 @@ them, caches it, and everything stops working at logout.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
+import ssl
 import stat
 import sys
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
-from tests.gatewayclient import Session, admin_session, register_and_login
+from tests.support.gatewayclient import Session, admin_session, register_and_login
 
 pytestmark = pytest.mark.cluster
 BIN = Path(sys.executable).parent
@@ -56,6 +58,22 @@ async def device_login(gateway: Any, user: Session, env: dict[str, str]) -> None
     assert approved.status == 204, await approved.text()
     _, err = await process.communicate()
     assert process.returncode == 0, shown + err.decode()
+
+
+async def exec_kubeconfig(user: Session, workspace_id: str) -> dict[str, Any]:
+    answer = await user.call("GET", "/api/v1/workspaces/credentials/kubeconfig?format=exec&workspace_id="
+                             + workspace_id)
+    assert answer.status == 200, await answer.text()
+    return dict(yaml.safe_load(await answer.text()))
+
+
+async def exec_info(user: Session, workspace_id: str) -> str:
+    """KUBERNETES_EXEC_INFO as kubectl sets it for the workspace's own exec kubeconfig (run by hand here)."""
+    cluster = (await exec_kubeconfig(user, workspace_id))["clusters"][0]["cluster"]
+    return json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                       "spec": {"interactive": False, "cluster": {
+                           "server": cluster["server"],
+                           "certificate-authority-data": cluster.get("certificate-authority-data")}}})
 
 
 async def test_kubectl_with_an_exec_kubeconfig_after_device_login_mints_one_token_for_two_processes(
@@ -105,11 +123,13 @@ async def test_a_suspended_user_or_an_ended_session_mints_nothing(gateway: Any, 
     workspace = await user.init()
     env = cli_env(tmp_path)
     await device_login(gateway, user, env)
+    kubectl_says = await exec_info(user, workspace["id"])  # what kubectl would pass for the exec kubeconfig
     root = await admin_session(gateway, database_url)
     suspended = await root.call("POST", f"/api/v1/users/{user.user_id}/suspend")
     assert suspended.status == 200
     url = str(gateway.make_url("")).rstrip("/")
-    code, out, err = await run(env, str(BIN / "tenant-gateway"), "credential", "--gateway", url,
+    code, out, err = await run({**env, "KUBERNETES_EXEC_INFO": kubectl_says},
+                               str(BIN / "tenant-gateway"), "credential", "--gateway", url,
                                "--workspace", workspace["id"])
     assert code == 1 and out == "" and "session" in err
 
@@ -119,8 +139,8 @@ async def test_device_codes_work_once_expire_and_cannot_be_guessed(gateway: Any,
 
     user = await register_and_login(gateway)
     started = await (await gateway.post("/api/v1/auth/device", json={})).json()
-    assert set(started) == {"device_code", "user_code", "verification_uri", "verification_uri_complete",
-                            "interval", "expires_in"}
+    # No verification_uri_complete: a link that carries the code is what a phisher would send.
+    assert set(started) == {"device_code", "user_code", "verification_uri", "interval", "expires_in"}
     poll = {"device_code": started["device_code"]}
     pending = await gateway.post("/api/v1/auth/device/token", json=poll)
     assert pending.status == 400 and (await pending.json())["error"]["code"] == "authorization_pending"
@@ -133,8 +153,8 @@ async def test_device_codes_work_once_expire_and_cannot_be_guessed(gateway: Any,
     granted = await gateway.post("/api/v1/auth/device/token", json=poll)
     assert granted.status == 200
     session = (await granted.json())["token"]
-    me = await gateway.get("/api/v1/me", headers={"Authorization": f"Bearer {session}"})
-    assert (await me.json())["id"] == user.user_id
+    issued = await gateway.get("/api/v1/workspaces/credentials/token", headers={"Authorization": f"Bearer {session}"})
+    assert issued.status == 404 and (await issued.json())["error"]["code"] == "no_workspace"  # the user has none
     reused = await gateway.post("/api/v1/auth/device/token", json=poll)
     assert reused.status == 400 and (await reused.json())["error"]["code"] == "invalid_grant"
     forged = await gateway.post("/api/v1/auth/device/token", json={"device_code": "x" * 43})
@@ -155,3 +175,94 @@ async def test_device_codes_work_once_expire_and_cannot_be_guessed(gateway: Any,
     cross_site = await gateway.post("/api/v1/auth/device/approve", json={"user_code": late["user_code"]},
                                     headers={"Cookie": f"gw_session={user.token}"})
     assert cross_site.status == 403 and (await cross_site.json())["error"]["code"] == "csrf_failed"
+
+
+class Listener:
+    """Someone else's server on this machine, with a certificate the kubeconfig's CA accepts:
+    it records every request head it is sent (a stolen token would be in one) and answers 401."""
+
+    def __init__(self, certificate: tuple[Path, Path]) -> None:
+        self.heads: list[bytes] = []
+        self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._tls.load_cert_chain(*certificate)
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0, ssl=self._tls)
+        return f"https://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            self.heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+async def test_a_kubeconfig_pointed_at_another_server_gets_no_token_from_the_plugin(
+        gateway: Any, cluster: LocalCluster, tmp_path: Path, gateway_tls: Any) -> None:
+    """Given a signed-in user with a token cached for their workspace, when a
+    shared kubeconfig (the real download, its `server:` edited, or kubectl's
+    --server, or its CA swapped, or provideClusterInfo turned off) makes real
+    kubectl call another server, then `tenant-gateway credential` refuses in
+    one line and that server never sees a token; the untouched kubeconfig
+    still works."""
+    user = await register_and_login(gateway)
+    workspace = await user.init()
+    env = cli_env(tmp_path)
+    await device_login(gateway, user, env)
+    legitimate = await exec_kubeconfig(user, workspace["id"])
+    (tmp_path / "legit.kubeconfig").write_text(yaml.safe_dump(legitimate))
+    kubectl = [str(cluster.kubectl), "--request-timeout=20s"]
+    code, _, err = await run(env, *kubectl, "--kubeconfig", str(tmp_path / "legit.kubeconfig"), "get", "configmaps")
+    assert code == 0, err  # a token is minted and cached for the workspace's own cluster
+
+    # A server with a certificate from the cluster's own CA: the kubeconfig's CA accepts it.
+    attacker = Listener(cluster.serving_certificate("someone-else", ("127.0.0.1",)))
+    elsewhere = await attacker.start()
+    # The attacker's own CA and server (the test gateway's certificate, another CA).
+    second = Listener((gateway_tls[1].with_name("gateway.crt"), gateway_tls[1].with_name("gateway.key")))
+    own_ca = await second.start()
+    try:
+        edited = yaml.safe_load(yaml.safe_dump(legitimate))
+        edited["clusters"][0]["cluster"]["server"] = elsewhere
+        hidden = yaml.safe_load(yaml.safe_dump(edited))
+        hidden["users"][0]["user"]["exec"]["provideClusterInfo"] = False
+        swapped = yaml.safe_load(yaml.safe_dump(legitimate))
+        swapped["clusters"][0]["cluster"] = {
+            "server": own_ca, "certificate-authority-data": base64.b64encode(gateway_tls[1].read_bytes()).decode()}
+        ca_only = yaml.safe_load(yaml.safe_dump(legitimate))  # the real server, trusted through another CA
+        ca_only["clusters"][0]["cluster"]["certificate-authority-data"] = \
+            swapped["clusters"][0]["cluster"]["certificate-authority-data"]
+        unverified = yaml.safe_load(yaml.safe_dump(edited))
+        del unverified["clusters"][0]["cluster"]["certificate-authority-data"]
+        unverified["clusters"][0]["cluster"]["insecure-skip-tls-verify"] = True
+        cases = {"server-edited": (edited, []), "provide-cluster-info-off": (hidden, []),
+                 "another-ca": (swapped, []), "ca-swapped": (ca_only, []), "tls-unverified": (unverified, []),
+                 "--server": (legitimate, [f"--server={elsewhere}"])}
+        for name, (document, flags) in cases.items():
+            path = tmp_path / f"{name}.kubeconfig"
+            path.write_text(yaml.safe_dump(document))
+            code, _, err = await run(env, *kubectl, "--kubeconfig", str(path), *flags, "get", "configmaps")
+            assert code != 0, name
+            # kubectl runs the plugin once per attempt (discovery retries): one line each time, always the same.
+            said = {line for line in err.splitlines() if line.startswith("tenant-gateway: ")}
+            assert len(said) == 1, (name, err)
+            (line,) = said
+            assert "refusing to hand" in line or "provideClusterInfo: true" in line \
+                or "TLS verification off" in line, (name, err)
+        for head in attacker.heads + second.heads:
+            assert b"authorization" not in head.lower(), head
+    finally:
+        await attacker.stop()
+        await second.stop()
+    code, _, err = await run(env, *kubectl, "--kubeconfig", str(tmp_path / "legit.kubeconfig"), "get", "configmaps")
+    assert code == 0, err

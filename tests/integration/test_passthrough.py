@@ -19,9 +19,9 @@ from kubernetes import client as k8s, watch
 from yarl import URL
 
 from devstack.cluster import LocalCluster
-from tests.gatewayclient import admin_session, metric, metrics_text, tenant
-from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
-from tests.replicas import tls_session
+from tests.support.gatewayclient import admin_session, metric, metrics_text, tenant
+from tests.support.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
+from tests.support.replicas import tls_session
 
 pytestmark = pytest.mark.cluster
 
@@ -133,12 +133,16 @@ async def test_gzip_is_passed_through_untouched(gateway: Any) -> None:
     assert re.match(rb"\x1f\x8b", body)
 
 
-async def test_relay_framing_against_the_real_api_server(gateway: Any) -> None:
+# The upload below is one ConfigMap past the built-in tier's 64 KiB cap.
+ROOMY_TIERS = "basic: {hard: {requests.cpu: '4', limits.memory: 8Gi}, objectBytes: {configMap: 128Ki}}"
+
+
+async def test_relay_framing_against_the_real_api_server(make_gateway: Any) -> None:
     """The relay's own HTTP/1.1 client (proxy.passthrough.http1) with the
     framings the real API server uses: a chunked upload, an answer to HEAD,
     a large chunked answer read slowly, and many requests on kept-alive
     connections."""
-    user, workspace = await tenant(gateway)
+    user, workspace = await tenant(await make_gateway(tiers=ROOMY_TIERS))
     ns = workspace["namespace"]
     base = f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps"
 

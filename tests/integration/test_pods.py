@@ -15,7 +15,7 @@ import pty
 import struct
 import termios
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,22 +23,15 @@ from kubernetes import client as k8s
 from kubernetes.stream import portforward, stream
 
 from devstack.cluster import LocalCluster
-from tests.kubeclients import from_token
-from tests.pods import Tenant, new_tenant, read_until
-from tests.pods import HTTP_SERVER, RESIZE, STATUS, STDERR, STDIN, STDOUT, exec_url, forwarded_port
+from tests.support.kubeclients import from_token
+from tests.support.pods import Tenant, read_until
+from tests.support.pods import HTTP_SERVER, RESIZE, STATUS, STDERR, STDIN, STDOUT, exec_url, forwarded_port
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture
-async def tenant(cluster: LocalCluster, gateway: Any, tmp_path: Path) -> AsyncIterator[Tenant]:
-    made = await new_tenant(cluster, gateway, tmp_path)
-    yield made
-    await made.remove_pods()
-
-
 async def audit_rows(tenant: Tenant, gateway: Any, database_url: str, action: str) -> list[dict[str, Any]]:
-    from tests.gatewayclient import admin_session
+    from tests.support.gatewayclient import admin_session
 
     root = await admin_session(gateway, database_url)
     answer = await root.call("GET", f"/api/v1/audit?workspace_id={tenant.workspace['id']}&action={action}")

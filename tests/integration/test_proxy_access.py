@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.gatewayclient import metric, metrics_text, register_and_login, tenant
-from tests.replicas import tls_session
+from tests.support.gatewayclient import metric, metrics_text, register_and_login, tenant
+from tests.support.replicas import tls_session
 
 pytestmark = pytest.mark.cluster
 

@@ -11,9 +11,9 @@ import pytest
 
 from devstack.cluster import LocalCluster
 from proxy.passthrough.upstream import Upstream
-from tests.gatewayclient import register_and_login
-from tests.gatewayclient import metrics_text
-from tests.fakes import FakeUpstream
+from tests.support.gatewayclient import register_and_login
+from tests.support.gatewayclient import metrics_text
+from tests.fakes.apiserver import FakeUpstream
 
 pytestmark = pytest.mark.cluster
 

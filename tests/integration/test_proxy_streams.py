@@ -18,9 +18,9 @@ import pytest
 
 from provisioning.events import LISTENER_APPLICATION_NAME
 from proxy.passthrough import http1
-from tests.gatewayclient import Session, admin_session, tenant
-from tests.replicas import REPLICAS
-from tests.watches import open_watch, until_closed
+from tests.support.gatewayclient import Session, admin_session, tenant
+from tests.support.replicas import REPLICAS
+from tests.support.watches import open_watch, until_closed
 
 pytestmark = pytest.mark.cluster
 

@@ -40,18 +40,20 @@ from provisioning.secrets import Secret
 from proxy.auth import sessions
 from proxy.passthrough.gate import SPDY_REFUSED
 from proxy.passthrough.upstream import Upstream
-from tests.conftest import SESSION_SECRET
-from tests.gatewayclient import Session, admin_session, register_and_login
-from tests.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
-from tests.pods import new_tenant
-from tests.replicas import gateway_process, tls_session
+from tests.support.environment import SESSION_SECRET
+from tests.support.gatewayclient import Session, admin_session, register_and_login
+from tests.support.kubeclients import kubeconfig_for_proxy, kubectl, through_gateway
+from tests.support.pods import new_tenant, restricted
+from tests.support.replicas import gateway_process, tls_session
 
 pytestmark = pytest.mark.cluster
 
 # Pending for good, whatever nodes the cluster has: no node carries the label.
-POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
-       "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
-                "nodeSelector": {"tenant-gateway.test/nowhere": "true"}}}
+# As workspaces admit pods: Pod Security restricted, pulled with its own right.
+POD = restricted({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sleeper"},
+                  "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                           "imagePullPolicy": "Always"}],
+                           "nodeSelector": {"tenant-gateway.test/nowhere": "true"}}})
 WALL = "that namespace belongs to someone else"
 SUSPENDED = "this workspace is suspended"
 

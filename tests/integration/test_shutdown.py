@@ -32,11 +32,10 @@ import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
-from provisioning.db.migrate import migrate
-from tests.conftest import SESSION_SECRET
-from tests.gatewayclient import Session
+from tests.support.environment import SESSION_SECRET
+from tests.support.gatewayclient import Session
 from devstack.processes import free_port
-from tests.gatewayclient import tenant
+from tests.support.gatewayclient import tenant
 
 pytestmark = pytest.mark.cluster
 
@@ -94,6 +93,7 @@ async def start_replica(gateway: Any, gateway_env: dict[str, str], tmp_path: Pat
         port, metrics_port = free_port(), free_port()
         log = tmp_path / f"gateway-{port}.log"
         env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
+               "GATEWAY_PUBLIC_URL": f"https://127.0.0.1:{port}",
                "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
                "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
                "GATEWAY_TLS_KEY_FILE": str(gateway.ca_file.with_name("gateway.key")),
@@ -276,11 +276,9 @@ def _postgres_processes(server: Any) -> list[int]:
 
 @pytest.mark.parametrize("fault", ["stopped", "hung", "restarting"])
 async def test_sigterm_with_the_database_away(fault: str, gateway: Any, start_replica: Any,
-                                              own_postgres: Any) -> None:
+                                              migrated_own_postgres: Any) -> None:
+    own_postgres = migrated_own_postgres
     url = own_postgres.get_uri()
-    connection = await asyncpg.connect(url)
-    await migrate(connection)
-    await connection.close()
     replica = await start_replica(GATEWAY_DATABASE_URL=url)
     frozen: list[int] = []
     if fault == "hung":  # the server is there but answers nothing: sockets stay open

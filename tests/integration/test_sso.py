@@ -10,6 +10,7 @@ from the provider's groups at this sign-in.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -17,12 +18,13 @@ from typing import Any, Callable
 
 import pytest
 
-from devstack.keycloak import ADMIN_GROUP, OTHER_CLIENT_ID
+from devstack.cluster import LocalCluster
+from devstack.keycloak import ADMIN_GROUP, AUTOMATION_CLIENT_ID, OTHER_CLIENT_ID
 from provisioning.db.pool import Database
 from proxy import keys
-from tests.signin_browser import new_browser
-from tests.gatewayclient import PASSWORD, Session, admin_session, register_and_login
-from tests.watches import open_watch, until_closed
+from tests.support.signin_browser import new_browser
+from tests.support.gatewayclient import PASSWORD, Session, admin_session, register_and_login
+from tests.support.watches import open_watch, until_closed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.keycloak]
 
@@ -254,6 +256,46 @@ async def test_a_bearer_id_token_works_on_the_api_and_the_proxy_and_is_audited_w
     # the signature (which the JWT library accepts) makes no new session.
     padded = {"Authorization": bearer["Authorization"] + "=="}
     assert (await me(other, padded))[0] == 401
+
+
+async def test_a_ci_identitys_id_token_from_its_own_client_drives_real_kubectl_through_the_proxy(
+        make_gateway: Callable[..., Any], keycloak: Any, cluster: LocalCluster, tmp_path: Any) -> None:
+    """Given an automation client of the organisation (its own client id, an
+    audience mapper adding the gateway's audience), when CI signs in through it,
+    then its ID token (aud [ci-robot, tenant-gateway], azp ci-robot) is a bearer
+    credential for the API and for real kubectl through /k8s/; a provider whose
+    `authorized_parties` leaves that client out refuses it."""
+    gateway = await make_gateway(oidc_providers=both(keycloak))
+    id_token = keycloak.password_grant("org-a", "bob", AUTOMATION_CLIENT_ID)["id_token"]
+    bearer = {"Authorization": f"Bearer {id_token}"}
+    status, body = await me(gateway, bearer)
+    assert status == 200 and body["provider"] == "org-a", body
+    created = await gateway.post("/api/v1/workspaces/init", json={}, headers=bearer)
+    assert created.status == 201, await created.text()
+    workspace = await created.json()
+    kubectl = [str(cluster.kubectl), f"--server={str(gateway.make_url('')).rstrip('/')}/k8s/{workspace['id']}",
+               f"--certificate-authority={gateway.ca_file}", f"--token={id_token}", "-n", workspace["namespace"]]
+    env = {"KUBECONFIG": str(tmp_path / "none"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+
+    async def run(*argv: str) -> tuple[int, str, str]:
+        process = await asyncio.create_subprocess_exec(*kubectl, *argv, env=env, stdout=asyncio.subprocess.PIPE,
+                                                       stderr=asyncio.subprocess.PIPE)
+        out, err = await process.communicate()
+        assert process.returncode is not None
+        return process.returncode, out.decode(), err.decode()
+
+    code, _, err = await run("create", "configmap", "from-ci", "--from-literal=built=yes")
+    assert code == 0, err
+    code, out, err = await run("get", "configmap", "from-ci", "-o", "json")
+    assert code == 0 and json.loads(out)["data"] == {"built": "yes"}, err
+
+    only_others = await make_gateway(oidc_providers=[keycloak.provider_config(
+        "org-a", authorized_parties=["deploy-bot"])])
+    status, body = await me(only_others, bearer)
+    assert status == 401 and body["error"]["code"] == "id_token_audience"
+    listed = await make_gateway(oidc_providers=[keycloak.provider_config(
+        "org-a", authorized_parties=[AUTOMATION_CLIENT_ID])])
+    assert (await me(listed, bearer))[0] == 200
 
 
 async def test_cross_realm_replay_is_refused(make_gateway: Callable[..., Any], keycloak: Any) -> None:

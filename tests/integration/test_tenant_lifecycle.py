@@ -17,8 +17,8 @@ import yaml
 
 from devstack.cluster import LocalCluster
 from provisioning import manifests
-from tests import kubeclients
-from tests.gatewayclient import Session, admin_session, register_and_login
+from tests.support import kubeclients
+from tests.support.gatewayclient import Session, admin_session, register_and_login
 
 pytestmark = pytest.mark.cluster
 

@@ -37,8 +37,14 @@ def test_the_row_holds_the_run_s_headline_figures_and_leaves_missing_ones_empty(
     assert row["verdicts_met"] == "1" and row["verdicts_total"] == "2"
     # This run had no floor relay, pods, fair share or SSO workload.
     for missing in ("floor_cpu_ms_per_get", "exec_p50_vs_direct", "flood_p99_vs_idle", "sso_p50_vs_session",
-                    "list_identity_vs_direct", "kib_rss_per_watch"):
+                    "list_identity_vs_direct", "kib_rss_per_watch", "audit_rows_per_s", "audit_rows_lost"):
         assert row[missing] == ""
+
+
+def test_the_audit_burst_row_is_the_writer_s_rate_and_the_rows_lost_over_its_parts() -> None:
+    row = history_row(_result(audit_burst={
+        "writer": {"burst": {"lost": 0}, "drain": {"lost": 2, "rows_per_s": 12345.6}}, "gateway": {"lost": 1}}))
+    assert row["audit_rows_per_s"] == "12346" and row["audit_rows_lost"] == "3"
 
 
 def test_a_full_run_writes_latest_json_and_appends_a_row(tmp_path: Path) -> None:

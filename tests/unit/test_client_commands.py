@@ -10,6 +10,7 @@ would any gateway's.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import os
@@ -110,9 +111,23 @@ def device_start(**fields: object) -> bytes:
     return answer(json.dumps(document).encode())
 
 
+SERVER = "https://k8s.example:6443"
+CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nthe cluster's CA\n-----END CERTIFICATE-----\n").decode()
+MINTED_FOR = {"server": SERVER, "certificate_authority_data": CA}
+"""What the gateway's token answer names besides the token: the workspace's cluster."""
+
+
+def exec_info(**cluster: object) -> str:
+    """KUBERNETES_EXEC_INFO as kubectl writes it for a kubeconfig with provideClusterInfo: true."""
+    return json.dumps({"kind": "ExecCredential", "apiVersion": "client.authentication.k8s.io/v1",
+                       "spec": {"interactive": False, "cluster": {
+                           "server": SERVER, "certificate-authority-data": CA, **cluster}}})
+
+
 @pytest.fixture(autouse=True)
 def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("KUBERNETES_EXEC_INFO", exec_info())  # kubectl, calling the workspace's own cluster
     yield tmp_path
 
 
@@ -315,7 +330,7 @@ def test_a_credentials_file_whose_gateways_is_not_an_object_reads_as_signed_out(
 
 
 def test_cached_tokens_that_are_not_an_object_are_minted_afresh(capsys: pytest.CaptureFixture[str]) -> None:
-    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": _in(3600)}).encode())])
+    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": _in(3600), **MINTED_FOR}).encode())])
     signed_in(server, tokens=["junk"])
     try:
         assert commands.main(credential(server)) == 0
@@ -356,7 +371,8 @@ FAR = "9999-12-31T23:59:59-12:00"  # past datetime's range once in UTC
 def test_a_minted_token_whose_expiry_is_past_or_unreadable_is_refused(
         capsys: pytest.CaptureFixture[str], expires_at: object) -> None:
     """kubectl would call again at once, for ever."""
-    assert "no valid expiry" in credential_failure(capsys, json.dumps({"token": "t", "expires_at": expires_at}).encode())
+    assert "no valid expiry" in credential_failure(capsys, json.dumps({"token": "t", "expires_at": expires_at,
+                                                                             **MINTED_FOR}).encode())
     (entry,) = store.read(store.credentials_path())["gateways"].values()
     assert entry["tokens"] == {}  # nothing cached
 
@@ -368,7 +384,7 @@ def test_a_minted_token_that_seems_to_outlive_its_lifetime_is_used_until_the_lon
     exaggerates): the token is good, and kubectl asks again once the
     contract's 2 hours (and a little skew) from now have passed, by this
     clock, before the token really expires."""
-    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": expires_at}).encode())])
+    server = CannedServer([answer(json.dumps({"token": "t", "expires_at": expires_at, **MINTED_FOR}).encode())])
     signed_in(server)
     try:
         assert commands.main(credential(server)) == 0
@@ -382,8 +398,8 @@ def test_a_minted_token_that_seems_to_outlive_its_lifetime_is_used_until_the_lon
 
 def test_a_cached_token_whose_expiry_is_out_of_range_is_minted_afresh(capsys: pytest.CaptureFixture[str]) -> None:
     """Written by an older version or by hand: neither path turns it into a traceback."""
-    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200)}).encode())])
-    signed_in(server, tokens={"w": {"token": "old", "expires_at": FAR}})
+    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200), **MINTED_FOR}).encode())])
+    signed_in(server, tokens={"w": {"token": "old", "expires_at": FAR, "server": SERVER, "ca": CA}})
     try:
         assert cached.answer(["--gateway", server.url, "--workspace", "w"]) is None
         assert commands.main(credential(server)) == 0
@@ -490,6 +506,23 @@ def test_a_first_login_revokes_nothing() -> None:
     assert len(server.requests) == 2
 
 
+
+def test_login_names_itself_to_the_person_who_approves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The approval page shows this name (as the client's own claim) beside its address and time;
+    a host name with control characters cannot dress it up."""
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "build-box\x1b[2J\u202e" + "x" * 200)
+    server = CannedServer([device_start(), answer(json.dumps({"token": "new", "expires_at": _in(8 * 3600)}).encode())])
+    try:
+        assert commands.main(login(server)) == 0
+    finally:
+        server.close()
+    start = server.requests[0]
+    body = json.loads(start.partition(b"\r\n\r\n")[2])
+    assert start.startswith(b"POST /api/v1/auth/device ")
+    assert body["client_name"] == ("tenant-gateway CLI on build-box[2J" + "x" * 200)[:100]
+
 ALL_THREE = [["login", "--gateway", "https://gw.example"], ["logout", "--gateway", "https://gw.example"],
              ["credential", "--gateway", "https://gw.example", "--workspace", "w"]]
 
@@ -553,3 +586,129 @@ def test_a_ca_bundle_that_cannot_be_loaded_is_one_line(capsys: pytest.CaptureFix
         assert commands.main(login(server)) == 0  # the old session's logout, with that bundle, fails quietly
     finally:
         server.close()
+
+
+# -- the token goes only to the workspace's own cluster --
+
+ELSEWHERE = "https://k8s.attacker.example"
+
+
+def cached_for_the_workspace(server: CannedServer) -> None:
+    signed_in(server, tokens={"w": {"token": "cached", "expires_at": _in(3600), "server": SERVER, "ca": CA}})
+
+
+def refused_without_a_token(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Exit 1, one line on stderr, nothing at all on stdout (kubectl reads the token there)."""
+    assert commands.main(argv) == 1
+    printed = capsys.readouterr()
+    assert printed.out == "" and len(printed.err.splitlines()) == 1 and "Traceback" not in printed.err
+    return printed.err
+
+
+@pytest.mark.parametrize("cluster", [{"server": ELSEWHERE}, {"server": SERVER + "/k8s/other"},
+                                     {"server": "http://k8s.example:6443"},
+                                     {"certificate-authority-data": base64.b64encode(b"the attacker's CA").decode()},
+                                     {"certificate-authority-data": None}, {"certificate-authority-data": "%%%"}],
+                         ids=["another-server", "another-path", "plain-http", "another-ca", "no-ca", "ca-not-base64"])
+def test_a_cached_token_is_never_handed_to_another_cluster(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, cluster: dict[str, object]) -> None:
+    """Given a shared kubeconfig whose server (or CA) is not the workspace's, when kubectl runs the
+    plugin with a token cached, then neither path prints it and nothing is minted."""
+    server = CannedServer([])
+    cached_for_the_workspace(server)
+    monkeypatch.setenv("KUBERNETES_EXEC_INFO", exec_info(**cluster))
+    try:
+        assert cached.answer(credential(server)[1:]) is None  # the fast path leaves it to the full one
+        line = refused_without_a_token(capsys, credential(server))
+    finally:
+        server.close()
+    assert line.startswith("tenant-gateway: refusing to hand workspace w's token to ") and server.requests == []
+
+
+def test_a_fresh_token_is_not_handed_to_another_cluster_and_the_next_call_mints_nothing(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    server = CannedServer([answer(json.dumps({"token": "fresh", "expires_at": _in(7200), **MINTED_FOR}).encode())])
+    signed_in(server)
+    monkeypatch.setenv("KUBERNETES_EXEC_INFO", exec_info(server=ELSEWHERE))
+    try:
+        assert f"to {ELSEWHERE}: its cluster is {SERVER}" in refused_without_a_token(capsys, credential(server))
+        assert f"to {ELSEWHERE}" in refused_without_a_token(capsys, credential(server))
+        monkeypatch.setenv("KUBERNETES_EXEC_INFO", exec_info())
+        assert commands.main(credential(server)) == 0  # the workspace's own cluster: from the cache
+    finally:
+        server.close()
+    assert len(server.requests) == 1  # cached with the workspace's cluster, and refused from the cache
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "fresh"
+
+
+def test_the_fast_path_answers_the_workspaces_own_cluster_from_the_cache(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    store.write(store.credentials_path(), {"gateways": {"https://gw.example": {"session": "s", "tokens": {
+        "w": {"token": "cached", "expires_at": _in(3600), "server": SERVER, "ca": CA}}}}})
+    argv = ["--gateway", "https://gw.example", "--workspace", "w"]
+    assert cached.answer(argv) == 0
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "cached"
+    monkeypatch.setenv("KUBERNETES_EXEC_INFO", exec_info(server=ELSEWHERE))
+    assert cached.answer(argv) is None and capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("info", [None, "", "not json", json.dumps({"spec": {"interactive": False}}),
+                                  json.dumps({"spec": {"cluster": {"server": 7}}}), "[" * 100_000],
+                         ids=["unset", "empty", "not-json", "no-cluster", "server-not-text", "nested"])
+def test_without_kubectls_cluster_no_token_is_handed_out_or_minted(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, info: str | None) -> None:
+    """A kubeconfig with provideClusterInfo: false (an old download, or one made to hide its server)."""
+    server = CannedServer([])
+    cached_for_the_workspace(server)
+    if info is None:
+        monkeypatch.delenv("KUBERNETES_EXEC_INFO")
+    else:
+        monkeypatch.setenv("KUBERNETES_EXEC_INFO", info)
+    try:
+        assert cached.answer(credential(server)[1:]) is None
+        assert "provideClusterInfo: true" in refused_without_a_token(capsys, credential(server))
+        signed_in(server)  # nothing cached: still nothing minted
+        assert "provideClusterInfo: true" in refused_without_a_token(capsys, credential(server))
+    finally:
+        server.close()
+    assert server.requests == []
+
+
+def test_a_kubeconfig_that_turns_tls_verification_off_gets_no_token(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    server = CannedServer([])
+    cached_for_the_workspace(server)
+    monkeypatch.setenv("KUBERNETES_EXEC_INFO", exec_info(**{"insecure-skip-tls-verify": True}))
+    try:
+        assert cached.answer(credential(server)[1:]) is None
+        assert "turns TLS verification off" in refused_without_a_token(capsys, credential(server))
+    finally:
+        server.close()
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("spelled", [SERVER + "/", "HTTPS://K8S.Example:6443", SERVER.replace(":6443", "")])
+def test_the_same_server_spelled_another_way_is_the_same_and_a_port_is_not(spelled: str) -> None:
+    same = cached.other_cluster({"server": spelled, "certificate-authority-data": CA}, SERVER, CA, "w") is None
+    assert same is (spelled != SERVER.replace(":6443", ""))
+    assert cached.other_cluster({"server": "https://gw.example:443/k8s/w"}, "https://gw.example/k8s/w/", "", "w") is None
+
+
+def test_a_token_the_gateway_minted_without_naming_its_cluster_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """It could not be checked: not printed, not cached."""
+    assert "did not name the workspace's cluster" in credential_failure(
+        capsys, json.dumps({"token": "t", "expires_at": _in(7200)}).encode())
+    (entry,) = store.read(store.credentials_path())["gateways"].values()
+    assert entry["tokens"] == {}
+
+
+def test_a_token_cached_without_its_cluster_by_an_older_version_is_minted_afresh(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    server = CannedServer([answer(json.dumps({"token": "new", "expires_at": _in(7200), **MINTED_FOR}).encode())])
+    signed_in(server, tokens={"w": {"token": "old", "expires_at": _in(3600)}})
+    try:
+        assert cached.answer(credential(server)[1:]) is None
+        assert commands.main(credential(server)) == 0
+    finally:
+        server.close()
+    assert json.loads(capsys.readouterr().out)["status"]["token"] == "new"

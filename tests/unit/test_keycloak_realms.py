@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from devstack.keycloak import ADMIN_GROUP, CLIENT_ID, OTHER_CLIENT_ID, organisations, realm_document
+from devstack.keycloak import ADMIN_GROUP, AUTOMATION_CLIENT_ID, CLIENT_ID, OTHER_CLIENT_ID, organisations, \
+    realm_document
 
 
 def test_two_organisations_each_with_an_admin_group_and_an_unverified_user_somewhere() -> None:
@@ -28,3 +29,12 @@ def test_realm_document_has_confidential_clients_with_a_groups_claim_in_the_id_t
     users = {user["username"]: user for user in document["users"]}
     assert users["carol"]["emailVerified"] is False
     assert f"/{ADMIN_GROUP}" in users["alice"]["groups"]
+
+
+def test_the_automation_client_adds_the_gateways_audience_and_signs_in_no_browser() -> None:
+    document = realm_document(organisations()[0], {CLIENT_ID: "s1", AUTOMATION_CLIENT_ID: "s3"}, ["https://gw/*"])
+    robot = {client["clientId"]: client for client in document["clients"]}[AUTOMATION_CLIENT_ID]
+    assert robot["standardFlowEnabled"] is False and robot["redirectUris"] == []
+    audience = [m for m in robot["protocolMappers"] if m["protocolMapper"] == "oidc-audience-mapper"]
+    assert [m["config"]["included.custom.audience"] for m in audience] == [CLIENT_ID]
+    assert audience[0]["config"]["id.token.claim"] == audience[0]["config"]["access.token.claim"] == "true"

@@ -17,7 +17,7 @@ def test_manifests_carry_the_workspace_label_and_bind_only_in_namespace() -> Non
     assert binding["kind"] == "RoleBinding" and binding["metadata"]["namespace"] == "tenant-u"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sa-tenant-admin", "namespace": "tenant-u"}]
     assert steps[-2].body["automountServiceAccountToken"] is False
-    assert steps[0].body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert steps[0].body["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_network_isolation_admits_the_namespace_itself_and_the_platform_never_another_tenant() -> None:

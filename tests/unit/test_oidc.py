@@ -33,19 +33,25 @@ PROVIDER = parse_providers([{"name": "org-a", "issuer": ISSUER, "client_id": "te
                              "client_secret": "s", "admin_groups": ["admins"]}])[0]
 
 
-def fake_token(**overrides: Any) -> str:
+def fake_token(*, header: dict[str, Any] | None = None, **overrides: Any) -> str:
     """Signed by the test's own key (a fake provider)."""
     now = int(time.time())
     claims = {"iss": ISSUER, "aud": "tenant-gateway", "sub": "u-1", "iat": now, "exp": now + 300,
               "nonce": "n-1", "email": "a@org-a.example", "email_verified": True, "groups": ["admins"]}
     claims.update(overrides)
     return jwt.encode({k: v for k, v in claims.items() if v is not None}, KEY, algorithm="RS256",
-                      headers={"kid": "k1"})
+                      headers={"kid": "k1", **(header or {})})
+
+
+BROWSER_SIGN_IN = ("tenant-gateway",)
+"""What the browser callback accepts as `azp`: the gateway's own client only."""
 
 
 def verify(token: str, *, nonce: str | None = "n-1", audiences: tuple[str, ...] = ("tenant-gateway",),
-           provider: OIDCProvider = PROVIDER) -> oidc_tokens.Identity:
+           provider: OIDCProvider = PROVIDER,
+           authorized_parties: tuple[str, ...] | frozenset[str] | None = BROWSER_SIGN_IN) -> oidc_tokens.Identity:
     return oidc_tokens.verify_id_token(token, jwt.PyJWK(PUBLIC_JWK), "RS256", provider, audiences=audiences,
+                                       authorized_parties=authorized_parties,
                                        now=datetime.datetime.now(datetime.timezone.utc), nonce=nonce)
 
 
@@ -62,6 +68,8 @@ def test_a_good_token_names_the_user_by_issuer_and_subject() -> None:
     ({"iss": "https://idp.example/realms/org-b"}, "id_token_issuer"),
     ({"aud": "other-app"}, "id_token_audience"),
     ({"aud": ["tenant-gateway", "other-app"], "azp": "other-app"}, "id_token_audience"),
+    ({"aud": ["tenant-gateway", "other-app"]}, "id_token_audience"),  # several audiences, no azp
+    ({"azp": "other-app"}, "id_token_audience"),  # the callback's token is issued to the gateway's client
     ({"nonce": "n-2"}, "id_token_nonce"),
     ({"nonce": None}, "id_token_nonce"),
     ({"email_verified": False}, "email_not_verified"),
@@ -75,6 +83,58 @@ def test_each_bad_claim_is_refused_with_its_own_code(overrides: dict[str, Any], 
     with pytest.raises(InvalidIdToken) as refused:
         verify(fake_token(**overrides))
     assert refused.value.code == code and refused.value.status == 401
+
+
+@pytest.mark.parametrize("header, overrides", [
+    ({"typ": "at+jwt"}, {}),  # RFC 9068
+    ({"typ": "application/at+JWT"}, {}),
+    ({"typ": "logout+jwt"}, {}),
+    ({"typ": 1}, {}),
+    ({}, {"typ": "Bearer"}),  # Keycloak's access token
+    ({}, {"typ": "Refresh"}),
+    ({}, {"typ": None, "scope": "openid email profile"}),  # a generic access token names its scopes
+    ({}, {"scp": ["user.read"]}),  # Entra ID, Okta
+])
+def test_an_access_token_is_not_an_id_token_whoever_it_was_issued_to(header: dict[str, Any],
+                                                                       overrides: dict[str, Any]) -> None:
+    """Given a token with an accepted audience that says it is an access (or other) token,
+    when it is presented as a bearer credential or at the callback, then it is refused."""
+    token = fake_token(header=header, **overrides)
+    for parties in (None, BROWSER_SIGN_IN):
+        with pytest.raises(InvalidIdToken) as refused:
+            verify(token, authorized_parties=parties)
+        assert refused.value.code == "not_an_id_token" and refused.value.status == 401
+
+
+@pytest.mark.parametrize("header, overrides", [
+    ({}, {}), ({"typ": "JWT"}, {}), ({"typ": "application/jwt"}, {}), ({"typ": "JWT"}, {"typ": "ID"}),
+])
+def test_an_id_token_of_any_provider_is_one(header: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Keycloak's (`typ: ID`) and a generic provider's (no type at all, or JOSE `JWT`)."""
+    assert verify(fake_token(header=header, **overrides)).subject == "u-1"
+
+
+def test_a_bearer_id_token_of_another_client_of_the_organisation_is_accepted() -> None:
+    """A CI identity: its own client asked for the token, and an audience mapper
+    added the gateway's audience. Accepted as a bearer credential (any `azp`),
+    unless the provider's `authorized_parties` leaves that client out."""
+    ci = fake_token(aud=["ci-robot", "tenant-gateway"], azp="ci-robot")
+    assert verify(ci, authorized_parties=None).subject == "u-1"
+    listed = parse_providers([{"name": "org-a", "issuer": ISSUER, "client_id": "tenant-gateway",
+                               "client_secret": "s", "authorized_parties": ["ci-robot"]}])[0]
+    assert listed.accepted_parties == {"ci-robot", "tenant-gateway"}
+    assert verify(ci, authorized_parties=listed.accepted_parties).subject == "u-1"
+    assert verify(fake_token(), authorized_parties=listed.accepted_parties).subject == "u-1"  # its own client
+    others = parse_providers([{"name": "org-a", "issuer": ISSUER, "client_id": "tenant-gateway",
+                               "client_secret": "s", "authorized_parties": ["deploy-bot"]}])[0]
+    with pytest.raises(InvalidIdToken) as refused:
+        verify(ci, authorized_parties=others.accepted_parties)
+    assert refused.value.code == "id_token_audience"
+    assert PROVIDER.accepted_parties is None  # unset: any client of the organisation
+    # Still only with an accepted audience: the CI client's token for itself alone is refused.
+    with pytest.raises(InvalidIdToken) as refused:
+        verify(fake_token(aud="ci-robot", azp="ci-robot"), authorized_parties=None)
+    assert refused.value.code == "id_token_audience"
 
 
 def test_the_identity_carries_the_tokens_issue_time() -> None:
@@ -125,7 +185,8 @@ def test_none_and_hmac_are_never_accepted_even_when_advertised(alg: str | None) 
 def test_the_headers_algorithm_must_be_the_keys() -> None:
     with pytest.raises(InvalidIdToken):
         oidc_tokens.verify_id_token(fake_token(), jwt.PyJWK(PUBLIC_JWK), "PS256", PROVIDER,
-                                    audiences=("tenant-gateway",), now=datetime.datetime.now(datetime.timezone.utc))
+                                    audiences=("tenant-gateway",), authorized_parties=None,
+                                    now=datetime.datetime.now(datetime.timezone.utc))
 
 
 def test_jwks_keeps_signing_keys_only() -> None:
@@ -171,6 +232,8 @@ def test_settings_read_providers_from_their_file_or_the_config_file() -> None:
     ({"name": "a", "issuer": ISSUER, "client_id": "c"}, "client_secret"),
     ({"name": "a", "issuer": ISSUER, "client_id": "c", "client_secret": "s", "scopes": ["email"]}, "openid"),
     ({"name": "a", "issuer": ISSUER, "client_id": "c", "client_secret": "s", "surprise": 1}, "unknown keys"),
+    ({"name": "a", "issuer": ISSUER, "client_id": "c", "client_secret": "s", "authorized_parties": [1]},
+     "authorized_parties must be a list of strings"),
 ])
 def test_a_bad_provider_entry_stops_start_up_naming_the_field(entry: dict[str, Any], says: str) -> None:
     with pytest.raises(SettingsError, match=says):
@@ -184,3 +247,4 @@ def test_an_exec_kubeconfig_holds_no_token() -> None:
     assert "token" not in user
     assert user["exec"]["args"] == ["credential", "--gateway", "https://gw.example", "--workspace", "w-1"]
     assert user["exec"]["apiVersion"] == "client.authentication.k8s.io/v1"
+    assert user["exec"]["provideClusterInfo"] is True  # the plugin checks the cluster kubectl calls

@@ -9,12 +9,10 @@ from typing import Any
 
 import yaml
 
-from provisioning.permissions import (EVERYONE_READS, FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes,
+from provisioning.permissions import (FORBIDDEN, POLICIES, UNCONFINED, Permission, confinement_probes,
                                       evaluate, policy_gaps, required_permissions, rule_grants, rules_beyond,
                                       shipped_policies)
-
-CLUSTERROLES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "clusterroles.yaml"
-ADMISSION = CLUSTERROLES.with_name("admission.yaml")
+from tests.support.permissions import ADMISSION, CLUSTERROLES, as_installed, shipped_review
 
 
 def _installed(name: str, selector: Any, **binding: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -95,18 +93,6 @@ def test_rule_grants_spell_out_a_policy_rule() -> None:
         "get pods/exec.apps named a in namespace ns", "get *.apps named a in namespace ns"]
 
 
-def shipped_review() -> dict[str, Any]:
-    """A SelfSubjectRulesReview's status for the shipped credential, as the
-    local cluster (Kubernetes 1.34) answers it: the ClusterRole, and what
-    the bootstrap roles grant every authenticated user."""
-    role = next(d for d in yaml.safe_load_all(CLUSTERROLES.read_text()) if d["metadata"]["name"] == "tenant-gateway")
-    everyone = [{"apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
-                 "verbs": ["create"]},
-                {"apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"], "verbs": ["create"]}]
-    return {"incomplete": False, "resourceRules": everyone + role["rules"],
-            "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": sorted(EVERYONE_READS)}]}
-
-
 def test_the_shipped_credential_holds_nothing_beyond_its_needs() -> None:
     required = required_permissions("tenant-admin")
     assert rules_beyond({"kube-system": shipped_review(), "tenant-x": shipped_review()}, required) == ()
@@ -169,16 +155,6 @@ def test_the_forbidden_probes_ask_each_verb_that_matters() -> None:
         assert line in asked, line
     required = set(required_permissions("tenant-admin"))
     assert not required & set(FORBIDDEN)
-
-
-def as_installed(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A shipped policy as the API server (1.34) answers it: its defaults filled in."""
-    spec = copy.deepcopy(spec)
-    match = spec["matchConstraints"]
-    match.update({"matchPolicy": "Equivalent", "namespaceSelector": {}, "objectSelector": {}})
-    for rule in match["resourceRules"]:
-        rule.setdefault("scope", "*")
-    return {"metadata": {"name": name}, "spec": spec}
 
 
 def test_the_package_ships_admission_yaml_itself_and_check_reads_it() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from provisioning import reconciling
+from provisioning import manifests, reconciling
 from provisioning.db import repositories as repo
 from provisioning.errors import DatabaseUnavailable
 from provisioning.models import AuditEvent, Workspace
@@ -19,10 +19,20 @@ from provisioning.tiers import DEFAULT_TIERS
 
 
 class FakeKube:
-    """Every object is created anew."""
+    """Every object is created anew; each namespace is found as its tier says."""
+
+    def __init__(self, *workspaces: Workspace) -> None:
+        self.owners = {w.namespace: str(w.id) for w in workspaces}
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return body
+
+    async def get(self, path: str) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[-1]
+        return manifests.namespace(name, self.owners[name])
+
+    async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
+        return patch
 
 
 def _workspace(number: int) -> Workspace:
@@ -46,7 +56,7 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
 
     monkeypatch.setattr(repo, "all_workspaces", all_workspaces)
     monkeypatch.setattr(repo, "record_audit", record_audit)
-    report = await reconciling.reconcile(object(), FakeKube(), DEFAULT_TIERS,  # type: ignore[arg-type]
+    report = await reconciling.reconcile(object(), FakeKube(first, second, third), DEFAULT_TIERS,  # type: ignore[arg-type]
                                          cluster_role="tenant-admin")
     assert [line.workspace for line in report] == [first, second]  # the third was not tried
     assert recorded == [first.id]

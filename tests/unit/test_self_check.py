@@ -25,7 +25,7 @@ from provisioning.permissions import (
 )
 from proxy.cli import server as cli
 from proxy.settings import Settings
-from tests.unit.test_permissions import as_installed, shipped_review
+from tests.support.permissions import as_installed, shipped_review
 
 Handler = Callable[[str, str, Any, dict[str, str]], Awaitable[dict[str, Any]]]
 

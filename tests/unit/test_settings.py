@@ -189,6 +189,26 @@ def test_trusted_proxies_are_spelled_as_the_gateway_sees_peers() -> None:
     assert settings.trusted_proxies == frozenset({"10.0.0.1", "2001:db8::1"})
 
 
+def test_serve_refuses_to_start_without_its_public_url(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Given a production environment without GATEWAY_PUBLIC_URL, when `serve`
+    starts, then it stops at once with one line naming the setting (before the
+    cluster or the database is touched); links built from a request's Host would
+    be the client's choice. `dev` derives it (tests/integration/test_cli.py runs it)."""
+    from proxy.cli import server
+
+    for name in [name for name in os.environ if name.startswith("GATEWAY_")]:
+        monkeypatch.delenv(name)
+    for name, value in DB.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as stopped:
+        server.main(["serve"])
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("tenant-gateway: GATEWAY_PUBLIC_URL is required by `serve`")
+    server.require_public_url(load_settings({**DB, "GATEWAY_PUBLIC_URL": "https://gw.example"}))  # passes
+
+
 def test_metrics_have_a_listener_of_their_own() -> None:
     settings = load_settings({})
     assert settings.metrics_listen == HostPort("127.0.0.1", 9091)

@@ -10,6 +10,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import sys
 import time
 import urllib.parse
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 if TYPE_CHECKING:
     import ssl
 
-from proxy.cli.client import store
-from proxy.cli.client.cached import LONGEST_LIFETIME, cached_token, exec_credential, now, parse_time
+from proxy.cli.client import cached, store
+from proxy.cli.client.cached import LONGEST_LIFETIME, cached_token, exec_credential, now, parse_time, printable
 
 _TIMEOUT = 30
 """Seconds for one whole exchange with the gateway, connection to last byte (not per read)."""
@@ -175,11 +176,6 @@ def _error_text(status: int, body: Any) -> str:
     return f"{message} ({status})" if message else f"the gateway answered {status}"
 
 
-def _printable(text: Any) -> str:
-    """`text` without control characters: what the gateway sends cannot drive the terminal or add a line."""
-    return "".join(character for character in str(text) if character.isprintable())
-
-
 def _sign_in_link(gateway: str, started: dict[str, Any]) -> str:
     """The device answer's link, printed and handed to a browser only if it is on the gateway's own origin.
 
@@ -208,18 +204,26 @@ def _same_origin(link: str, gateway: str) -> bool:
         return False
 
 
+def _client_name() -> str:
+    """How this command line names itself to the person approving it: at most 100 printable characters."""
+    import socket
+
+    return printable(f"tenant-gateway CLI on {socket.gethostname()}")[:100]
+
+
 def cmd_login(args: argparse.Namespace) -> int:
     gateway = _gateway(args.gateway)
     ca_file = str(Path(args.ca_file).resolve()) if args.ca_file else None
     store.prepare(store.credentials_path())  # a directory it cannot use is refused before sign-in, not after
-    status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file,
-                            body={"provider": args.provider} if args.provider else {})
+    # The name the approval page shows (as this client's own claim) beside the address and time.
+    body = {"client_name": _client_name(), **({"provider": args.provider} if args.provider else {})}
+    status, started = _call(gateway, "POST", "/api/v1/auth/device", ca_file=ca_file, body=body)
     if status != 200 or not isinstance(started, dict):
         raise CommandError(f"device sign-in could not start: {_error_text(status, started)}")
     interval = _seconds(started, "interval", 5, _MAX_INTERVAL)
     deadline = time.monotonic() + _seconds(started, "expires_in", 600, _MAX_EXPIRES_IN)
     link = _sign_in_link(gateway, started)
-    print(f"To sign in, open {link}\nand approve the code {_printable(started.get('user_code'))}", file=sys.stderr,
+    print(f"To sign in, open {link}\nand approve the code {printable(started.get('user_code'))}", file=sys.stderr,
           flush=True)
     if not args.no_browser:
         import webbrowser
@@ -283,9 +287,19 @@ def _entry(document: dict[str, Any], gateway: str) -> dict[str, Any]:
 
 
 def cmd_credential(args: argparse.Namespace) -> int:
+    """A token for kubectl, only for the cluster it is about to call: the workspace's (see proxy.cli.client.cached).
+
+    A fresh token is cached with the server and CA the gateway named, even
+    when kubectl's cluster turns out to be another: the next call is refused
+    from the cache, without minting again."""
     gateway, workspace = _gateway(args.gateway), str(args.workspace)
     path = store.credentials_path()
-    found = cached_token(_entry(store.read(path), gateway), workspace)  # no lock, no network
+    entry = _entry(store.read(path), gateway)
+    cluster = cached.exec_cluster(os.environ.get(cached.EXEC_INFO))
+    problem = cached.unsafe_cluster(cluster)
+    if cluster is None or problem:
+        raise CommandError(problem)
+    found = cached_token(entry, workspace)  # no lock, no network
     if found is None:
         with store.locked(path):
             document = store.read(path)
@@ -293,13 +307,18 @@ def cmd_credential(args: argparse.Namespace) -> int:
             found = cached_token(entry, workspace)  # another kubectl may have minted while we waited
             if found is None:
                 found = _mint(gateway, workspace, entry)
-                entry["tokens"][workspace] = {"token": found[0], "expires_at": found[1].isoformat()}
+                token, expires_at, server, ca = found
+                entry["tokens"][workspace] = {"token": token, "expires_at": expires_at.isoformat(),
+                                              "server": server, "ca": ca}
                 store.write(path, document)
-    print(exec_credential(*found))
+    problem = cached.other_cluster(cluster, found[2], found[3], workspace)
+    if problem:
+        raise CommandError(problem)
+    print(exec_credential(found[0], found[1]))
     return 0
 
 
-def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, datetime.datetime]:
+def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, datetime.datetime, str, str]:
     query = urllib.parse.urlencode({"workspace_id": workspace})
     status, body = _call(gateway, "GET", f"/api/v1/workspaces/credentials/token?{query}",
                          ca_file=entry.get("ca_file"), token=entry["session"])
@@ -310,10 +329,13 @@ def _mint(gateway: str, workspace: str, entry: dict[str, Any]) -> tuple[str, dat
     expires_at = parse_time(body.get("expires_at"))
     if expires_at is None or expires_at <= now():
         raise CommandError("the gateway's answer had no valid expiry (the tokens it mints last 2 hours at most)")
+    server, ca = body.get("server"), body.get("certificate_authority_data") or ""
+    if not isinstance(server, str) or not server or not isinstance(ca, str):
+        raise CommandError("the gateway's answer did not name the workspace's cluster (server)")
     # Later than a token can live: this machine's clock is behind (or the
     # answer exaggerates). Used until the longest lifetime from now, by
     # this clock, which is before the token really expires either way.
-    return body["token"], min(expires_at, now() + LONGEST_LIFETIME)
+    return body["token"], min(expires_at, now() + LONGEST_LIFETIME), server, ca
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
@@ -358,7 +380,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         return COMMANDS[args.command](args)
     except (CommandError, store.StoreError) as error:
-        print(f"tenant-gateway: {_printable(error)}", file=sys.stderr)  # it may quote the gateway's answer
+        print(f"tenant-gateway: {printable(error)}", file=sys.stderr)  # it may quote the gateway's answer
         return 1
     except KeyboardInterrupt:
         return 130

@@ -9,8 +9,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.gatewayclient import Session
-from tests.replicas import tls_session
+from tests.support.gatewayclient import Session
+from tests.support.replicas import tls_session
 
 
 async def open_watch(gateway: Any, user: Session, workspace: dict[str, Any], base: str | None = None) -> aiohttp.ClientResponse:

@@ -10,6 +10,8 @@ from typing import Any
 import aiohttp
 from aiohttp.test_utils import TestClient
 
+from provisioning.db import repositories as repo
+from provisioning.models import AuditEvent
 from proxy import keys
 from proxy.cli.server import create_user
 
@@ -89,6 +91,37 @@ async def tenant(gateway: Any) -> tuple[Session, dict[str, Any]]:
         while workspace["id"] not in provisioned:
             await asyncio.sleep(0.01)
     return user, workspace
+
+
+async def provisioned_workspace(gateway: Any) -> tuple[Session, str]:
+    """A signed-in user and the path of a configmap list in their workspace,
+    made in the database directly (the component ring has no cluster),
+    returned once the gateway has heard of the provisioning (its
+    workspace_changed event): as in `tenant`, a test must not race it."""
+    heard: set[str] = set()
+    gateway.server.app[keys.EVENTS].subscribe(lambda message: heard.add(str(message.get("id"))))
+    user = await register_and_login(gateway)
+    db = gateway.server.app[keys.DATABASE]
+    namespace = f"tenant-{user.user_id}"
+    workspace, _ = await repo.claim_workspace(db, uuid.UUID(user.user_id), namespace, "sa-tenant-admin", "basic")
+    await repo.finish_provisioning(db, workspace.id, "uid-1", AuditEvent("WorkspaceProvisioned", workspace.user_id,
+                                                                         workspace.id, None, {}))
+    async with asyncio.timeout(10):
+        while str(workspace.id) not in heard:
+            await asyncio.sleep(0.01)
+    return user, f"/k8s/{workspace.id}/api/v1/namespaces/{namespace}/configmaps"
+
+
+async def k8s_error(answer: Any) -> tuple[int, str]:
+    """Status and code of a refusal on /k8s (the contract's error, in a Kubernetes Status)."""
+    body = await answer.json()
+    assert body["kind"] == "Status" and body["code"] == answer.status, body
+    return answer.status, body["error"]["code"]
+
+
+def exec_handshake(key: str) -> dict[str, str]:
+    """The headers of a WebSocket upgrade (an exec's) with `key` as Sec-WebSocket-Key."""
+    return {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key}
 
 
 def metric(text: str, name: str) -> float:

@@ -40,6 +40,7 @@ async def gateway_process(gateway: Any, gateway_env: dict[str, str]) -> AsyncIte
     """Start a replica serving the test gateway's TLS certificate; stop it on exit and keep its log."""
     port = free_port()
     env = {**os.environ, **gateway_env, "GATEWAY_LISTEN": f"127.0.0.1:{port}",
+           "GATEWAY_PUBLIC_URL": f"https://127.0.0.1:{port}",
            "GATEWAY_TLS_CERT_FILE": str(gateway.ca_file.with_name("gateway.crt")),
            "GATEWAY_TLS_KEY_FILE": str(gateway.ca_file.with_name("gateway.key"))}
     process = subprocess.Popen([str(Path(sys.executable).with_name("tenant-gateway")), "serve"], env=env,

@@ -18,7 +18,8 @@ from devstack.cluster import LocalCluster
 
 
 def from_kubeconfig(path: Path | str) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(path))
+    api: client.ApiClient = config.new_client_from_config(config_file=str(path))  # type: ignore[no-untyped-call]
+    return api
 
 
 def from_token(cluster: LocalCluster, token: str, server: str | None = None) -> client.ApiClient:

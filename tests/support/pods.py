@@ -16,10 +16,28 @@ from typing import Any
 
 from devstack.cluster import LocalCluster
 from devstack.nodeparts import BUSYBOX_IMAGE
-from tests.gatewayclient import Session, register_and_login
-from tests.kubeclients import kubeconfig_for_proxy
+from tests.support.gatewayclient import Session, register_and_login
+from tests.support.kubeclients import kubeconfig_for_proxy
 from urllib.parse import urlencode
 import re
+
+
+# What Pod Security `restricted` (every tier's default) asks of a pod and of
+# each container: a numeric user that is not root (busybox's image would run
+# as root; 65534 is its `nobody`), the runtime's seccomp profile, no
+# privilege escalation, no capabilities.
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def restricted(pod: dict[str, Any]) -> dict[str, Any]:
+    """`pod` (a manifest, or a template) with the securityContexts
+    `restricted` asks for added to its spec and each container."""
+    spec = pod["spec"]
+    spec["securityContext"] = {**RESTRICTED_POD, **spec.get("securityContext", {})}
+    for container in [*spec.get("containers", []), *spec.get("initContainers", [])]:
+        container["securityContext"] = {**RESTRICTED_CONTAINER, **container.get("securityContext", {})}
+    return pod
 
 
 def pod_manifest(name: str, script: str, *, stdin: bool = False, tty: bool = False) -> dict[str, Any]:
@@ -32,11 +50,12 @@ def pod_manifest(name: str, script: str, *, stdin: bool = False, tty: bool = Fal
         "metadata": {"name": name},
         "spec": {
             "terminationGracePeriodSeconds": 0,
+            "securityContext": dict(RESTRICTED_POD),
             "containers": [{
                 "name": "main", "image": BUSYBOX_IMAGE, "command": ["sh", "-c", script],
                 "stdin": stdin, "tty": tty,
                 "resources": {"requests": {"cpu": "5m", "memory": "16Mi"}},
-                "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                "securityContext": dict(RESTRICTED_CONTAINER),
             }],
         },
     }
@@ -109,7 +128,8 @@ async def read_until(stream: asyncio.StreamReader, needle: bytes, limit: float =
 
 
 # A busybox httpd serving one page on port 8080 (port-forward tests).
-HTTP_SERVER = "mkdir -p /www && echo hello-from-the-pod > /www/index.html && exec httpd -f -p 8080 -h /www"
+HTTP_SERVER = ("mkdir -p /tmp/www && echo hello-from-the-pod > /tmp/www/index.html"
+               " && exec httpd -f -p 8080 -h /tmp/www")  # /tmp: the pod runs as nobody
 # The channels of v5.channel.k8s.io (a browser's exec WebSocket).
 STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
 

@@ -4,6 +4,7 @@ the API server directly with the official client."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -12,8 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from provisioning import manifests
-from tests import kubeclients
-from tests.gatewayclient import Session, register_and_login
+from tests.support import kubeclients
+from tests.support.gatewayclient import Session, register_and_login
 
 
 def refusal(call: Callable[[], object]) -> tuple[int, str]:
@@ -41,12 +42,18 @@ class Tenant:
         return client.RbacAuthorizationV1Api(self.api)
 
 
-async def onboard(gateway: Any, tmp_path: Path) -> Tenant:
+async def onboard(gateway: Any, tmp_path: Path, tier: str | None = None) -> Tenant:
     session = await register_and_login(gateway)
-    workspace = await session.init()
+    workspace = await session.init(tier)
     path = tmp_path / f"{session.user_id}.kubeconfig"
     path.write_text(await session.kubeconfig())
     return Tenant(session, workspace["id"], workspace["namespace"], kubeclients.from_kubeconfig(path))
+
+
+# A tier whose namespaces enforce Pod Security `baseline`, not `restricted`:
+# where admission policies that `restricted` makes moot (volume kinds) still
+# stand between a tenant and the node.
+BASELINE_TIERS = "basic: {requests.cpu: '4'}\nrelaxed: {hard: {requests.cpu: '4'}, podSecurity: baseline}\n"
 
 
 # What a workspace onboarded before the shared bounds existed was given.
@@ -67,5 +74,18 @@ def old_limit_range(admin: client.CoreV1Api, tenant: Tenant) -> None:
 def made_long_ago(admin: client.CoreV1Api, tenant: Tenant) -> None:
     """Turn a fresh workspace's quota into what onboarding used to write."""
     quota = admin.read_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace)
+    assert quota.spec is not None
     quota.spec.hard = dict(OLD_QUOTA)
     admin.replace_namespaced_resource_quota(manifests.QUOTA_NAME, tenant.namespace, quota)
+
+
+async def quota_enforced(core: client.CoreV1Api, namespace: str) -> dict[str, str]:
+    """Wait until the quota controller has counted the namespace against the
+    quota's current `hard` (admission refuses everything the quota names
+    while its status is unknown); the quota's `hard`."""
+    while True:
+        quota = core.read_namespaced_resource_quota(manifests.QUOTA_NAME, namespace)
+        wanted = dict(quota.spec.hard or {}) if quota.spec else {}
+        if quota.status and quota.status.hard and set(quota.status.hard) == set(wanted):
+            return wanted
+        await asyncio.sleep(0.2)
