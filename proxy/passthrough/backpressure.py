@@ -40,6 +40,9 @@ class ClientFlow:
         self._transport = transport
         self._protocol = protocol
         self._buffers = buffers
+        self._closed = False
+        """Ended: a wait that finishes after `close` must not note the stream
+        again, or the replica's total would keep its bytes for good."""
         self._previous = transport.get_write_buffer_limits()  # (low, high)
         transport.set_write_buffer_limits(high=STREAM_WRITE_HIGH, low=STREAM_WRITE_LOW)
 
@@ -48,7 +51,8 @@ class ClientFlow:
         return self._transport.get_write_buffer_size()
 
     def note(self, upstream_held: int = 0) -> None:
-        self._buffers.note(self, self.held() + upstream_held)
+        if not self._closed:
+            self._buffers.note(self, self.held() + upstream_held)
 
     def fills_up(self, incoming: int) -> bool:
         """Whether writing `incoming` more bytes will have the client's
@@ -98,6 +102,7 @@ class ClientFlow:
 
     def close(self) -> None:
         """The stream has ended: it holds nothing, and the connection gets its marks back."""
+        self._closed = True
         self._buffers.drop(self)
         if not self._transport.is_closing():
             low, high = self._previous

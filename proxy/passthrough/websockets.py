@@ -186,6 +186,8 @@ class _Tunnel(asyncio.Protocol):
         that never reads would otherwise hold the connection (and, upstream,
         the exec at the kubelet) for as long as it likes, past the stream's
         slot and out of reach of any cut."""
+        if self._drained is not None:
+            self._drained.cancel()  # its wait for the client has no stream left to resume
         self._flow.close()
         loop = asyncio.get_running_loop()
         for transport in (self._upstream, self._client):
