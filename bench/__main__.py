@@ -30,6 +30,7 @@ from bench.workloads.common import QUICK, ROUNDS, Targets, create_configmaps, in
 from bench.workloads.issuing import issuance, onboarding
 from bench.workloads.reads import list_500, small_get
 from bench.workloads.soak import soak
+from bench.workloads.stalled import stalled_readers
 from bench.workloads.watches import watches
 
 __all__ = ["create_configmaps", "main"]
@@ -55,6 +56,7 @@ async def main() -> None:
         # workloads whose late writes (onboarding, audit) could land in its window.
         for name, workload in (("small_get", small_get(stack, targets)), ("list_500", list_500(stack, targets)),
                                ("cold_burst", cold_burst(stack)), ("watches", watches(stack, targets)),
+                               ("stalled_readers", stalled_readers(stack, tenant)),
                                ("pod_streams", pod_streams(stack, tenant, order=interleaved(["direct", "gateway"], ROUNDS),
                                                            round_trips=200 if QUICK else 1000,
                                                            sessions=50 if QUICK else 200)),

@@ -9,6 +9,7 @@ from bench.pods import pod_verdicts
 from bench.rolling import rolling_verdicts
 from bench.sso import print_sso, sso_verdicts
 from bench.workloads.audit_burst import audit_verdicts, print_audit
+from bench.workloads.stalled import stalled_verdicts
 
 
 def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -56,7 +57,8 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
          w["rss_after_close_mib"][1] <= 1.05 * w["rss_after_close_mib"][0]),
     ]
     return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
-            + rolling_verdicts(r["rolling_restart"]) + audit_verdicts(r["audit_burst"]) + sso_verdicts(r["sso"]))
+            + rolling_verdicts(r["rolling_restart"]) + stalled_verdicts(r["stalled_readers"])
+            + audit_verdicts(r["audit_burst"]) + sso_verdicts(r["sso"]))
 
 
 def print_fair_share(r: dict[str, Any]) -> None:

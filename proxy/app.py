@@ -39,6 +39,7 @@ from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.stream_slots import StreamSlots
+from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
@@ -89,7 +90,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app[keys.DRAIN] = drain
     app[keys.METRICS] = metrics = Metrics()
     app.on_response_prepare.append(response_hook(settings, metrics))
-    streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics))
+    streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics),
+                             StreamBuffers(settings.stream_buffer_bytes))
+    metrics.stream_buffered_bytes.set_function(lambda: streams.buffers.total)
+    metrics.streams_waiting.set_function(lambda: streams.buffers.waiting)
+    metrics.stream_ceiling_waits.set_function(lambda: streams.buffers.ceiling_waits)
 
     async def fetch_token(key: TokenKey) -> IssuedToken:
         return await request_token(app[keys.KUBE], key.namespace, key.service_account,
@@ -180,7 +185,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await streams.slots.start(app[keys.DATABASE])
         drain.on_begin.append(streams.end_all)
         yield
-        streams.cut_all()  # anything still open after the drain
+        streams.abort_all()  # anything still open after the drain
         # Briefly: the rows lapse anyway, and queued audit rows come after.
         await streams.slots.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
 

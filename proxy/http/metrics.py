@@ -28,6 +28,17 @@ class Metrics:
                                         registry=r)
         self.open_streams = Gauge("tenant_gateway_proxy_open_streams",
                                   "Open long-running proxied streams (watch, follow, exec)", registry=r)
+        self.stream_buffered_bytes = Gauge(
+            "tenant_gateway_proxy_stream_buffered_bytes",
+            "Bytes the open streams hold for their clients, as last noted (proxy.passthrough.stream_buffers)",
+            registry=r)
+        self.streams_waiting = Gauge(
+            "tenant_gateway_proxy_streams_waiting_for_clients",
+            "Open streams not reading from the API server until their clients take what they hold", registry=r)
+        self.stream_ceiling_waits = Gauge(
+            "tenant_gateway_proxy_stream_ceiling_waits",
+            "Times a stream stopped reading from the API server because the replica's streams held more than "
+            "GATEWAY_STREAM_BUFFER_BYTES (a count since start)", registry=r)
         self.suspensions = Counter("tenant_gateway_suspensions", "Workspaces suspended", registry=r)
         self.rate_limited = Counter("tenant_gateway_rate_limited", "Requests refused by a rate limit, by limit",
                                     ["limit"], registry=r)

@@ -43,27 +43,46 @@ class EventBoundary:
             return not self._header and self._remaining == 0
         return True
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes, *, stop_at_boundary: bool = False) -> int:
+        """Follow `chunk`; return how much of it was taken: all of it, or
+        with `stop_at_boundary`, only up to the end of the event in flight
+        (0 if none is: nothing after it may pass)."""
         if not chunk:
-            return
+            return 0
         if self._kind == "json":
+            if stop_at_boundary:
+                if self._last == b"\n":
+                    return 0
+                end = chunk.find(b"\n")
+                if end >= 0:
+                    self._last = b"\n"
+                    return end + 1
             self._last = chunk[-1:]
-        elif self._kind == "protobuf":
-            self._feed_frames(memoryview(chunk))
+            return len(chunk)
+        if self._kind == "protobuf":
+            return self._feed_frames(memoryview(chunk), stop_at_boundary)
+        return 0 if stop_at_boundary else len(chunk)
 
-    def _feed_frames(self, data: memoryview) -> None:
+    def _feed_frames(self, data: memoryview, stop_at_boundary: bool) -> int:
+        taken = 0
         while data:
             if self._remaining:
-                taken = min(self._remaining, len(data))
-                self._remaining -= taken
-                data = data[taken:]
+                step = min(self._remaining, len(data))
+                self._remaining -= step
+                data = data[step:]
+                taken += step
                 continue
+            if stop_at_boundary and not self._header:
+                return taken
             wanted = _LENGTH_BYTES - len(self._header)
             self._header += bytes(data[:wanted])
-            data = data[wanted:]
+            step = min(wanted, len(data))
+            data = data[step:]
+            taken += step
             if len(self._header) == _LENGTH_BYTES:
                 self._remaining = int.from_bytes(self._header, "big")
                 self._header = b""
+        return taken
 
 
 class FrameBoundary:

@@ -39,6 +39,7 @@ import asyncio
 import collections
 import http
 import re
+import socket
 import ssl
 import time
 from typing import AsyncIterable, Awaitable, Callable, TypeVar, cast
@@ -156,6 +157,9 @@ class Answer:
         self._head: asyncio.Future[None] = self._loop.create_future()
         self._chunks: collections.deque[bytes] = collections.deque()
         self._buffered = 0
+        self.pause_above = _PAUSE_ABOVE
+        """Bytes read and not yet taken past which the connection stops
+        being read (a stream's relay sets its own, smaller)."""
         self._waiter: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self.complete = False
@@ -178,6 +182,24 @@ class Answer:
                                         for name, value in self.raw_headers)
         return self._headers
 
+    @property
+    def buffered(self) -> int:
+        """Bytes of the body read from the API server and not yet taken."""
+        return self._buffered
+
+    def read_ahead(self, size: int) -> None:
+        """Read at most about `size` bytes ahead of the taker (a stream, whose
+        client may stop reading): the connection pauses past it, and its
+        socket's receive buffer is made as small, so one read is no larger.
+        The connection is not reused afterwards: its buffer stays small."""
+        self.pause_above = size
+        self._connection.shrink_reads(size)
+
+    def hold(self) -> None:
+        """Stop reading the connection now, whatever is buffered (a stream
+        past the replica's ceiling); the next `read_chunk` reads on."""
+        self._connection.pause()
+
     async def read_chunk(self) -> bytes:
         """The next piece of the body; b"" at its end. Raises if the answer broke off."""
         while not self._chunks:
@@ -186,6 +208,7 @@ class Answer:
             if self.complete:
                 self.release()
                 return b""
+            self._connection.resume()  # nothing buffered: read on, even if `hold` stopped it
             self._waiter = self._loop.create_future()
             try:
                 await self._waiter
@@ -259,7 +282,7 @@ class Answer:
     def _feed(self, data: bytes) -> None:
         self._chunks.append(data)
         self._buffered += len(data)
-        if self._buffered > _PAUSE_ABOVE:
+        if self._buffered > self.pause_above:
             self._connection.pause()
         self._wake()
 
@@ -460,6 +483,12 @@ class _Connection(asyncio.Protocol):
         if self._transport is None or self._transport.is_closing():
             raise UpstreamConnectionLost("the API server closed the connection")
         self._transport.write(data)
+
+    def shrink_reads(self, size: int) -> None:
+        self._keep_alive = False
+        sock = self._transport.get_extra_info("socket") if self._transport is not None else None
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size // 2)  # Linux doubles it
 
     def pause(self) -> None:
         if not self._paused and self._transport is not None:

@@ -18,6 +18,7 @@ from typing import Any, Awaitable
 from aiohttp import web
 
 from provisioning.errors import UpstreamError
+from proxy.passthrough.backpressure import STREAM_READ_AHEAD, ClientFlow
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.framing import EventBoundary
 from proxy.passthrough.http1 import BROKEN_OFF, Answer
@@ -88,9 +89,8 @@ async def _relay_tracked(request: web.Request, ticket: Ticket, relay: Relay) -> 
 async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
                       stream: Stream | None) -> web.StreamResponse:
     """Relay one request and its answer. The body is relayed here too (one
-    coroutine for the whole exchange): a long-running answer (`stream`)
-    asked to end by a shutdown stops after a whole event and ends its body
-    cleanly (asked before the answer began, `track` answers 503 instead)."""
+    coroutine for the whole exchange). A long-running answer (`stream`)
+    reads from the API server only while its client keeps up (`_relay_stream`)."""
     token = relay.cached_token(ticket) or await relay.token(ticket)
     # Recorded as soon as the API server has answered (or failed to): a
     # client that hangs up at once, or while the body streams, must not
@@ -98,22 +98,14 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
     upstream = await relay.exchange(ticket, token, lambda token: _request(relay, ticket, request, token),
                                     replayable=not request.body_exists)
     try:
-        kind = web.StreamResponse if ticket.decision.long_running else ShortResponse
-        response = kind(status=upstream.status, reason=upstream.reason,
-                        headers=downstream_response_headers(upstream.headers))
+        if stream is not None:
+            return await _relay_stream(request, upstream, stream, relay)
+        response = ShortResponse(status=upstream.status, reason=upstream.reason,
+                                 headers=downstream_response_headers(upstream.headers))
         await response.prepare(request)
-        # Only a stream needs to know where its events end (ordinary answers stay lean).
-        boundary = EventBoundary(upstream.headers.get("Content-Type", "")) if stream is not None else None
         try:
             while chunk := await upstream.read_chunk():
-                if boundary is not None:
-                    boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
                 await response.write(chunk)
-        except asyncio.CancelledError:
-            if stream is None or boundary is None or not stream.take_end():
-                raise
-            await _end_after_event(request, response, upstream, boundary)
-            return response
         except BROKEN_OFF:
             _break_off(request)
             return response
@@ -123,14 +115,54 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
     return response
 
 
+async def _relay_stream(request: web.Request, upstream: Answer, stream: Stream, relay: Relay) -> web.StreamResponse:
+    """A watch's or log follow's answer, its headers at once. Nothing more
+    is read from the API server while the client's buffer is over its mark
+    (or past the replica's ceiling, while it holds anything: ClientFlow).
+    Asked to end (`Stream.end`: a right that ended, a stop), it ends after
+    the event in flight, with its body's last chunk; asked before the
+    answer began, `track` answers instead."""
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                  headers=downstream_response_headers(upstream.headers))
+    await response.prepare(request)
+    assert request.transport is not None and request.protocol is not None  # prepared: the client is there
+    upstream.read_ahead(STREAM_READ_AHEAD)
+    flow = ClientFlow(request.transport, request.protocol, relay.streams.buffers)
+    boundary = EventBoundary(upstream.headers.get("Content-Type", ""))
+    try:
+        while chunk := await upstream.read_chunk():
+            boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
+            if flow.fills_up(len(chunk)):
+                # aiohttp's write waits for the client once its buffer is over
+                # the mark: the API server's connection is not read meanwhile.
+                upstream.hold()
+            flow.note(len(chunk) + upstream.buffered)  # as it will be once written
+            with flow.waiting():
+                await response.write(chunk)
+            if flow.must_wait:
+                upstream.hold()
+                await flow.room(upstream.buffered)
+            flow.note(upstream.buffered)
+        await response.write_eof()
+    except asyncio.CancelledError:
+        if stream.take_end() is None:
+            raise
+        await _end_after_event(request, response, upstream, boundary)
+    except BROKEN_OFF:
+        _break_off(request)
+    finally:
+        flow.close()
+    return response
+
+
 async def _end_after_event(request: web.Request, response: web.StreamResponse, upstream: Answer,
                            boundary: EventBoundary) -> None:
-    """Finish the event in flight (it is already arriving), then end the body
-    as the API server ends a watch: the chunked encoding's last chunk."""
+    """Finish the event in flight (it is already arriving), and nothing after
+    it, then end the body as the API server ends a watch: the chunked
+    encoding's last chunk. Bounded by the stream's deadline (Stream.end)."""
     try:
         while not boundary.at_boundary and (chunk := await upstream.read_chunk()):
-            boundary.feed(chunk)
-            await response.write(chunk)
+            await response.write(chunk[:boundary.feed(chunk, stop_at_boundary=True)])
         await response.write_eof()
     except BROKEN_OFF:
         _break_off(request)

@@ -15,10 +15,13 @@ proxy unchanged (the client's are masked already, the server's never are),
 the API server checks the client's frames exactly as it would from a
 client of its own, and the gateway's work per message is one read and one
 write on each leg. A slow reader on either side pauses reading from the
-other. The relay still follows where the API server's frames end
-(framing.FrameBoundary), so that a shutdown's 1001 close frame lands
-between two frames, never inside one. A cut (suspension, logout) closes
-both connections at once.
+other, with small write buffers (proxy.passthrough.backpressure), and past
+the replica's ceiling of buffered bytes a tunnel that holds any stops
+reading from the API server until its client has taken them. The relay
+still follows where the API server's frames end (framing.FrameBoundary),
+so that the close frame of a clean end (a right that ended: 1008; a stop:
+1001; proxy.passthrough.streams.Ending) lands between two frames, never
+inside one.
 """
 
 from __future__ import annotations
@@ -28,27 +31,24 @@ import base64
 import binascii
 import hashlib
 
-from aiohttp import WSCloseCode, web
+from aiohttp import web
 from multidict import CIMultiDict
 
 from provisioning.errors import BadRequest, UpstreamError
+from proxy.passthrough.backpressure import STREAM_WRITE_HIGH, STREAM_WRITE_LOW, ClientFlow
 from proxy.passthrough.framing import FrameBoundary
 from proxy.passthrough.headers import upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.http1 import Upgrade
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.routing import stream_target
+from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.upstream import SEND_FAILURES, UpgradeRefused, send_failed, upgrade_refused
 
-# Sent with close code 1001 when the gateway stops: the client may reconnect at once.
-GOING_AWAY_REASON = b"the gateway is shutting down; reconnect"
 # How long a clean end waits for the frame in flight to finish, and then for
 # the client to answer the close frame, before it closes anyway.
 _CLOSE_SECONDS = 2.0
-# How far one leg may run ahead of the other before it is paused: fewer
-# pauses, each a wake-up, on a port-forward's bulk transfer.
-_WRITE_BUFFER_HIGH = 1024 * 1024
 _ACCEPT_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
@@ -80,7 +80,7 @@ class _Tunnel(asyncio.Protocol):
     """The API server's connection after it switched protocols, spliced to
     the client's: a relay of bytes."""
 
-    def __init__(self, request: web.Request, upgrade: Upgrade) -> None:
+    def __init__(self, request: web.Request, upgrade: Upgrade, buffers: StreamBuffers) -> None:
         assert request.transport is not None and isinstance(request.protocol, web.RequestHandler)
         self.ended = asyncio.Event()  # either side is gone
         self.client_left = asyncio.Event()
@@ -90,8 +90,8 @@ class _Tunnel(asyncio.Protocol):
         self._stopped = asyncio.Event()  # a clean end reached a frame boundary
         self._drained: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._upstream, early = upgrade.take_over(self)
-        for transport in (self._client, self._upstream):
-            transport.set_write_buffer_limits(high=_WRITE_BUFFER_HIGH)
+        self._flow = ClientFlow(self._client, self._client_protocol, buffers)
+        self._upstream.set_write_buffer_limits(high=STREAM_WRITE_HIGH, low=STREAM_WRITE_LOW)
         # aiohttp hands what the client sends after the upgrade to this
         # stand-in for its WebSocket reader, starting with anything that came
         # with the handshake.
@@ -118,7 +118,9 @@ class _Tunnel(asyncio.Protocol):
         client = self._client
         if data and not client.is_closing():
             client.write(data)
-            if self._client_protocol.writing_paused and self._drained is None:
+            flow = self._flow
+            flow.note(self._upstream.get_write_buffer_size())
+            if flow.must_wait and self._drained is None:
                 self._upstream.pause_reading()
                 self._drained = asyncio.get_running_loop().create_task(self._resume_when_drained())
 
@@ -134,9 +136,8 @@ class _Tunnel(asyncio.Protocol):
 
     async def _resume_when_drained(self) -> None:
         try:
-            # What aiohttp's own writers await; it returns once the client's
-            # transport has room again (or raises once it is gone).
-            await self._client_protocol._drain_helper()
+            # Once the client's transport has room again (or raises once it is gone).
+            await self._flow.room(self._upstream.get_write_buffer_size())
         except ConnectionError:
             return
         finally:
@@ -185,6 +186,9 @@ class _Tunnel(asyncio.Protocol):
         that never reads would otherwise hold the connection (and, upstream,
         the exec at the kubelet) for as long as it likes, past the stream's
         slot and out of reach of any cut."""
+        if self._drained is not None:
+            self._drained.cancel()  # its wait for the client has no stream left to resume
+        self._flow.close()
         loop = asyncio.get_running_loop()
         for transport in (self._upstream, self._client):
             if cut:
@@ -316,15 +320,16 @@ async def _relay_websocket(request: web.Request, ticket: Ticket, relay: Relay, s
         upgrade.abort()
         raise
     request.protocol.keep_alive(False)
-    tunnel = _Tunnel(request, upgrade)
+    tunnel = _Tunnel(request, upgrade, relay.streams.buffers)
     cut = True
     try:
         await tunnel.ended.wait()
         cut = False
     except asyncio.CancelledError:
-        if not stream.take_end():
+        ending = stream.take_end()
+        if ending is None:
             raise
-        cut = not await tunnel.end_cleanly(WSCloseCode.GOING_AWAY, GOING_AWAY_REASON)
+        cut = not await tunnel.end_cleanly(ending.close_code, ending.close_reason)
     finally:
         tunnel.close(cut=cut)
     return response

@@ -116,6 +116,12 @@ class Settings:
     """Kubeconfig and token issuance per user: each is a TokenRequest and an audit row."""
     max_streams_per_workspace: int = setting(100, env="GATEWAY_MAX_STREAMS_PER_WORKSPACE", read=readers.whole(1, MAX_COUNT))
     """Open proxied streams (watch, logs, exec, attach, port-forward) per workspace, over every replica; one more is 429."""
+    stream_buffer_bytes: int = setting(64 * 1024 * 1024, env="GATEWAY_STREAM_BUFFER_BYTES",
+                                       read=readers.whole(1024 * 1024, MAX_COUNT))
+    """Bytes the open streams of one replica may hold for clients that read
+    slower than the API server sends; past it, a stream holding any reads no
+    more from the API server until its client has taken them
+    (proxy.passthrough.stream_buffers). Size it well under the pod's memory limit."""
     proxy_token_refresh_margin_seconds: int = setting(600, env="GATEWAY_PROXY_TOKEN_REFRESH_SECONDS",
                                                       read=readers.whole(1, MAX_TOKEN_TTL_SECONDS))
     """Renew a cached tenant token when less than this remains (the spec's 10 min)."""

@@ -45,6 +45,30 @@ def test_protobuf_frames_across_many_pieces() -> None:
     assert [i + 1 for i, ok in enumerate(seen) if ok] == [304, 313]
 
 
+def taken_until_the_event_ends(content_type: str, before: bytes, *pieces: bytes) -> bytes:
+    """What a clean end passes of `pieces` after `before` went out whole."""
+    boundary = EventBoundary(content_type)
+    boundary.feed(before)
+    passed = b""
+    for piece in pieces:
+        passed += piece[:boundary.feed(piece, stop_at_boundary=True)]
+        if boundary.at_boundary:
+            break
+    return passed
+
+
+def test_a_clean_end_passes_the_rest_of_the_event_in_flight_and_nothing_after() -> None:
+    json = "application/json"
+    assert taken_until_the_event_ends(json, b'{"type":"ADDED"}\n', b'{"type":"MODIFIED"}\n') == b""
+    assert taken_until_the_event_ends(json, b'{"type":"MOD', b'IFIED"}\n{"type":"DELETED"}\n') == b'IFIED"}\n'
+    assert taken_until_the_event_ends(json, b'{"type":"MOD', b"IFI", b'ED"}\n{"t') == b'IFIED"}\n'
+    proto = "application/vnd.kubernetes.protobuf;stream=watch"
+    first, second = frame(b"k8s\x00first"), frame(b"k8s\x00second")
+    for cut in range(0, len(first)):
+        assert taken_until_the_event_ends(proto, first[:cut], first[cut:] + second) == (first[cut:] if cut else b"")
+    assert taken_until_the_event_ends("text/plain", b"half a log li", b"ne\n") == b""
+
+
 def test_unknown_framings_end_anywhere() -> None:
     assert fed("text/plain", b"half a log li")
     assert fed("", b"\x00\x01")

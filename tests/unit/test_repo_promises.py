@@ -60,7 +60,7 @@ def test_what_ends_a_users_streams_is_what_the_user_changed_trigger_fires_on() -
     readme = " ".join((REPO_ROOT / "README.md").read_text().split())
     promise = readme.split("**Streams end when their right to exist ends**", 1)[1].split("* **", 1)[0]
     streams = " ".join((REPO_ROOT / "proxy" / "passthrough" / "streams.py").read_text().split('"""')[1].split())
-    cuts = streams.split("- a cut:", 1)[1].split("- `end_all`", 1)[0]
+    cuts = streams.split("Its right ends", 1)[1].split("Every one of these", 1)[0]
     for text in (promise, cuts):
         assert "password" not in text, text
         assert all(word in text for word in words.values()), text

@@ -16,6 +16,7 @@ import pytest
 from provisioning.errors import ShuttingDown
 from proxy.http.metrics import Metrics
 from proxy.passthrough.stream_slots import StreamSlots
+from proxy.passthrough import streams
 from proxy.passthrough.streams import Owner, StreamRegistry
 
 LATER = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
@@ -98,41 +99,85 @@ async def test_a_stream_ends_when_its_session_expires() -> None:
     lasting.cancel()
 
 
-async def relay_like(registry: StreamRegistry, who: Owner, ends: list[str]) -> asyncio.Task[None]:
+async def relay_like(registry: StreamRegistry, who: Owner, ends: list[str],
+                     closing: asyncio.Event | None = None) -> asyncio.Task[None]:
     """A stream that, like the relays, asks `take_end` on its cancellation:
-    a clean end is consumed (and noted), a cut goes on as a cancellation."""
+    a clean end is consumed (and its close code and words noted; then it
+    waits for `closing`, as a relay writes its last bytes), a cut goes on
+    as a cancellation."""
     async def stream() -> None:
         with registry.register(who) as handle:
             try:
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
-                if not handle.take_end():
+                ending = handle.take_end()
+                if ending is None:
                     raise
-                ends.append("clean")
+                ends.append(f"{ending.close_code} {ending.close_reason.decode()}")
+                if closing is not None:
+                    await closing.wait()
     task = asyncio.create_task(stream())
     await asyncio.sleep(0)
     return task
 
 
-async def test_a_cut_followed_by_a_shutdowns_end_stays_a_cut() -> None:
-    """A revocation and the shutdown's `end_all` in the same loop iteration
-    (before the relay runs): the revoked client must not get a clean end
-    (the rest of a watch event, up to 2 s of exec frames)."""
+async def test_every_right_that_ends_ends_its_streams_cleanly_with_its_own_words() -> None:
+    """A clean end for all of them (a whole last event, a close frame),
+    1008 for a right that ended, 1001 for a stop, 1013 for a replica that
+    may have missed a change."""
+    registry = registry_without_slots()
+    ws, session, alice = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    ends: list[str] = []
+    cuts = [lambda: registry.cut(ws), lambda: registry.cut_session(session), lambda: registry.cut_user(alice),
+            registry.cut_all, registry.end_all]
+    for cut in cuts:
+        task = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
+        cut()
+        assert await asyncio.wait_for(task, 1) is None
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(milliseconds=50)
+    registry.closing = False
+    assert await asyncio.wait_for(await relay_like(registry, Owner(ws, session, alice, soon, registry.cuts), ends),
+                                  5) is None
+    assert ends == ["1008 the workspace's access changed; reconnect", "1008 the session ended; sign in again",
+                    "1008 the account changed; sign in again", "1013 the gateway must check access again; reconnect",
+                    "1001 the gateway is shutting down; reconnect", "1008 the session expired; sign in again"]
+
+
+async def test_a_right_that_ends_during_a_stops_end_replaces_its_words() -> None:
+    """A revocation and the shutdown's `end_all` in the same loop
+    iteration, in either order: the client is told its right ended (it
+    must not be answered 503 as if it could retry elsewhere)."""
     registry = registry_without_slots()
     ws, session, alice = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     ends: list[str] = []
     task = await relay_like(registry, owner(ws, session, alice), ends)
+    registry.end_all()
     assert registry.cut_session(session) == 1
+    await asyncio.wait_for(task, 1)
+    registry.closing = False
+    task = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
+    registry.cut_session(session)
     registry.end_all()
-    assert await ended(task) and ends == []
-    # A shutdown's end alone is still a clean end; a cut after it wins.
-    clean = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
-    registry.end_all()
-    assert await asyncio.wait_for(clean, 1) is None and ends == ["clean"]
-    later_cut = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
-    registry.end_all()
+    await asyncio.wait_for(task, 1)
+    assert ends == ["1008 the session ended; sign in again"] * 2
+
+
+async def test_a_clean_end_that_does_not_finish_in_time_is_a_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event that never completes, a client that never reads: the end
+    becomes a cut at the deadline, its connection aborted."""
+    monkeypatch.setattr(streams, "CLEAN_END_SECONDS", 0.05)
+    registry = registry_without_slots()
+    ws, session, alice = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    ends: list[str] = []
+    stuck = await relay_like(registry, owner(ws, session, alice), ends, closing=asyncio.Event())
+    finishing = asyncio.Event()
+    finishes = await relay_like(registry, owner(ws, uuid.uuid4(), alice), ends, closing=finishing)
     registry.cut(ws)
-    assert await ended(later_cut) and ends == ["clean"]
+    await asyncio.sleep(0)
+    finishing.set()
+    assert await asyncio.wait_for(finishes, 1) is None
+    assert await asyncio.wait_for(ended(stuck), 1)
+    assert len(ends) == 2
 
 
 class Slots:
@@ -152,8 +197,8 @@ class Slots:
 
 
 def request_with(answered_bytes: int) -> Any:
-    """What `track` reads of a request: how much of its answer has gone out."""
-    return SimpleNamespace(writer=SimpleNamespace(output_size=answered_bytes))
+    """What `track` reads of a request: how much of its answer has gone out (and no connection to abort)."""
+    return SimpleNamespace(writer=SimpleNamespace(output_size=answered_bytes), transport=None)
 
 
 async def opening(registry: StreamRegistry, who: Owner, answered_bytes: int = 0) -> asyncio.Task[None]:
