@@ -15,7 +15,8 @@ that an upgrade fails there, by name, and not in production:
   `_keepalive_timeout`, `_next_keepalive_close_time` and `transport`;
 - its flow control: `_pause_reading_for_buffer` and
   `_resume_reading_for_buffer`, here; `writing_paused` and `_drain_helper`,
-  which the express lane and the WebSocket tunnel wait on;
+  which the express lane and every stream's back-pressure wait on
+  (proxy.passthrough.backpressure);
 - its `force_close` and `log_exception`, here, and `set_parser` and
   `keep_alive`, which the WebSocket tunnel calls (proxy.passthrough.websockets);
 - a request's `writer` and that writer's `output_size` (an answer has begun);

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONNECTION = "proxy/server/connection.py"
 ANSWERING = "proxy/passthrough/express/answering.py"
 WEBSOCKETS = "proxy/passthrough/websockets.py"
+BACKPRESSURE = "proxy/passthrough/backpressure.py"
 FRONT = "proxy/server/front.py"
 STREAMS = "proxy/passthrough/streams.py"
 RELAYING = "proxy/passthrough/relaying.py"
@@ -91,8 +92,8 @@ INTERNALS = (
     # ... its flow control: reading paused for the lane's waiting bytes, writing waited on...
     Internal(RequestHandler, "_pause_reading_for_buffer", "method", (CONNECTION,)),
     Internal(RequestHandler, "_resume_reading_for_buffer", "method", (CONNECTION,)),
-    Internal(RequestHandler, "writing_paused", "property", (ANSWERING, WEBSOCKETS)),
-    Internal(RequestHandler, "_drain_helper", "coroutine", (ANSWERING, WEBSOCKETS)),
+    Internal(RequestHandler, "writing_paused", "property", (ANSWERING, BACKPRESSURE)),
+    Internal(RequestHandler, "_drain_helper", "coroutine", (ANSWERING, BACKPRESSURE)),
     # ... and the rest of what is called on it.
     Internal(RequestHandler, "force_close", "method", (CONNECTION,)),
     Internal(RequestHandler, "log_exception", "method", (CONNECTION,), ("args", "kw")),
