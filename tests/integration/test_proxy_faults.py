@@ -11,9 +11,8 @@ import pytest
 
 from devstack.cluster import LocalCluster
 from proxy.passthrough.upstream import Upstream
-from tests.support.gatewayclient import register_and_login
-from tests.support.gatewayclient import metrics_text
 from tests.fakes.apiserver import FakeUpstream
+from tests.support.gatewayclient import metrics_text, register_and_login, tenant
 
 pytestmark = pytest.mark.cluster
 
@@ -71,8 +70,7 @@ async def test_upstream_redirects_are_relayed_never_followed(
 
 
 async def test_client_disconnect_closes_the_upstream_watch(cluster: LocalCluster, gateway: Any) -> None:
-    user = await register_and_login(gateway)
-    workspace = await user.init()
+    user, workspace = await tenant(gateway)  # heard provisioned: its event cannot cut the watch
     path = f"/k8s/{workspace['id']}/api/v1/namespaces/{workspace['namespace']}/configmaps?watch=1"
     watch = await user.call("GET", path)
     assert watch.status == 200
