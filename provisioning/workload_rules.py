@@ -78,17 +78,30 @@ class WorkloadRules:
 # A Docker reference, loosely: what a container's `image` may hold. No
 # commas (the list is kept comma-separated) or whitespace.
 _IMAGE_ENTRY = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]*$", re.IGNORECASE)
+# A registry (or a Docker Hub namespace) and at least one path segment
+# after it. Admission matches an entry as a prefix followed by `:` or `@`;
+# without a `/` in it, `registry` would also match `registry:5000/victim/app`
+# (admission.yaml, tenant-gateway-confined, holds the gateway to the same).
+_QUALIFIED_ENTRY = re.compile(r"/[^/]")
+
+# The API server refuses any object over ~1.5 MiB (etcd's request limit):
+# a larger cap would be no cap at all, and tenant-gateway-confined refuses it.
+MAX_CAP = 1572864
 
 
 def image_entry_problem(entry: str) -> str | None:
-    """Why `entry` cannot be on an allow-list, or None. A prefix (ending in
-    `/`) must name at least a registry and one path segment: `docker.io/`
-    would let any tenant run any other's private Docker Hub image from the
-    cache."""
+    """Why `entry` cannot be on an allow-list, or None. An entry must name
+    a registry and one path segment at least: `busybox` would also match
+    `busybox:5000/victim/app` (a registry called busybox), and a prefix
+    `docker.io/` would let any tenant run any other's private Docker Hub
+    image from the cache."""
     if not _IMAGE_ENTRY.match(entry):
         return f"{entry!r} is not an image reference"
-    if entry.endswith("/") and entry.rstrip("/").count("/") < 1:
+    if entry.endswith("/") and not _QUALIFIED_ENTRY.search(entry):
         return f"{entry!r} is a prefix shorter than a registry and a repository path (e.g. registry.example/team/)"
+    if not _QUALIFIED_ENTRY.search(entry):
+        return (f"{entry!r} names no registry: write it in full (e.g. docker.io/library/{entry}), "
+                "or it would also match images of a registry of that name")
     return None
 
 
@@ -179,6 +192,9 @@ def parse_rules(where: str, body: Mapping[str, Any], quantity: Callable[[str, st
             if amount < KIB:
                 raise ValueError(f"{where}.objectBytes.{key}: {given[key]} is under 1Ki: "
                                  "Kubernetes' own objects (kube-root-ca.crt, events) would be refused")
+            if amount > MAX_CAP:
+                raise ValueError(f"{where}.objectBytes.{key}: {given[key]} is over 1.5Mi ({MAX_CAP}), "
+                                 "the API server's own limit for a whole object")
             caps[attribute] = amount
         else:
             caps[attribute] = getattr(defaults, attribute)

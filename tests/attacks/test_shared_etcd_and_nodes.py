@@ -217,6 +217,20 @@ async def test_a_tiers_own_shared_images_come_from_the_cache(make_gateway: Any, 
     assert status == 403 and PULL_ALWAYS in message, message
 
 
+async def test_a_shared_entry_matches_no_registry_of_the_same_name(
+        cluster: LocalCluster, gateway: Any, tmp_path: Path) -> None:
+    """An entry without a `/` (which no tier may have any more, and the
+    gateway may not write) still names one repository, not a registry."""
+    alice = await onboard(gateway, tmp_path)
+    ns, core = alice.namespace, alice.core
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    admin.patch_namespace(ns, {"metadata": {"annotations": {workload_rules.SHARED_IMAGES: "registry"}}})
+    victim = "registry:5000/victim/app:1"
+    status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("victim", container(image=victim))))
+    assert status == 403 and PULL_ALWAYS in message and victim in message, (status, message)
+    core.create_namespaced_pod(ns, pod("tagged", container(image="registry:1")))
+
+
 def root_pod(name: str) -> dict[str, Any]:
     return {"metadata": {"name": name}, "spec": {"containers": [container(imagePullPolicy="Always")]}}
 
