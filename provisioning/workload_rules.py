@@ -47,12 +47,16 @@ class ObjectBytes:
     - `config_map`: a ConfigMap's keys and values (data and binaryData);
     - `secret`: a Secret's keys and values (data and stringData);
     - `pod_template`: a pod's, or a workload's pod template's, free text
-      (images, commands, arguments, environment, working directories, each
-      item counted with its JSON punctuation) and its template's labels and
-      annotations;
+      (images, commands, arguments, probes' and hooks' exec commands,
+      environment, envFrom, volume mounts, working directories, volumes'
+      item paths, host aliases, tolerations, each item counted with its JSON
+      punctuation) and its template's labels and annotations;
     - `metadata`: the labels and annotations of any object in the
       namespace, but kubectl's last-applied copy, which may be at most the
       object's own cap plus this one (it copies the object as applied).
+
+    All in UTF-8 bytes, objects being deleted included. Other fields are
+    not measured (README, Tiers).
 
     The defaults leave room for ordinary configuration, certificates and
     Helm releases, and keep the basic tier's worst case near 46 MiB
