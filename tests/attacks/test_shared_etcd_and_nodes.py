@@ -88,8 +88,11 @@ async def test_the_byte_budget_is_the_count_times_the_cap(gateway: Any, tmp_path
             assert status == 403 and "exceeded quota" in message, message
             break
         made += 1
-    assert 0 < made < count  # kube-root-ca.crt counts too
-    stored = [item for item in core.list_namespaced_config_map(ns).items]
+    # kube-root-ca.crt counts too, once the quota controller has seen it: its
+    # first count can miss it (the root CA publisher races the quota's
+    # creation) until its next full sync, and then the tenant gets all 50.
+    assert 0 < made <= count
+    stored = [item for item in core.list_namespaced_config_map(ns).items if item.metadata.name.startswith("full-")]
     kept = sum(len(key) + len(value) for item in stored for key, value in (item.data or {}).items())
     assert kept <= line.count * CAPS.config_map
     refused_for_size(lambda: core.patch_namespaced_config_map("full-0", ns, {"data": {"more": "z" * 10}}))
