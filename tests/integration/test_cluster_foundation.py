@@ -85,7 +85,8 @@ def test_gateway_identity_is_refused_what_it_must_never_do(
     assert _status(lambda: client.CoreV1Api(impersonating).list_namespace()) == 403
 
 
-def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.ApiClient, tenant_namespace: str) -> None:
+def test_gateway_identity_is_confined_to_namespaces_it_made(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant_namespace: str) -> None:
     """The `tenant-gateway-confined` admission policy, as shipped. RBAC alone
     would let this credential act in every namespace; these are the moves a
     thief would make with it."""
@@ -134,6 +135,14 @@ def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.
     core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {
         cap: "1572864", images: "docker.io/library/nginx,localhost/tenant-gateway/"}}})
     core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {cap: None, images: None}}})
+    # A bare entry an older gateway wrote (here the administrator) never
+    # keeps the gateway from suspending the namespace.
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    admin.patch_namespace(tenant_namespace, {"metadata": {"annotations": {images: "busybox"}}})
+    core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(True))
+    core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(False))
+    assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {images: "nginx"}}})) == 403
+    core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {images: None}}})
     # What the gateway itself does is untouched.
     core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(True))
     core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(False))
