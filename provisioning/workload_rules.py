@@ -47,12 +47,16 @@ class ObjectBytes:
     - `config_map`: a ConfigMap's keys and values (data and binaryData);
     - `secret`: a Secret's keys and values (data and stringData);
     - `pod_template`: a pod's, or a workload's pod template's, free text
-      (images, commands, arguments, environment, working directories, each
-      item counted with its JSON punctuation) and its template's labels and
-      annotations;
+      (images, commands, arguments, probes' and hooks' exec commands,
+      environment, envFrom, volume mounts, working directories, volumes'
+      item paths, host aliases, tolerations, each item counted with its JSON
+      punctuation) and its template's labels and annotations;
     - `metadata`: the labels and annotations of any object in the
       namespace, but kubectl's last-applied copy, which may be at most the
       object's own cap plus this one (it copies the object as applied).
+
+    All in UTF-8 bytes, objects being deleted included. Other fields are
+    not measured (README, Tiers).
 
     The defaults leave room for ordinary configuration, certificates and
     Helm releases, and keep the basic tier's worst case near 46 MiB
@@ -78,17 +82,30 @@ class WorkloadRules:
 # A Docker reference, loosely: what a container's `image` may hold. No
 # commas (the list is kept comma-separated) or whitespace.
 _IMAGE_ENTRY = re.compile(r"^[a-z0-9][a-z0-9._:/@+-]*$", re.IGNORECASE)
+# A registry (or a Docker Hub namespace) and at least one path segment
+# after it. Admission matches an entry as a prefix followed by `:` or `@`;
+# without a `/` in it, `registry` would also match `registry:5000/victim/app`
+# (admission.yaml, tenant-gateway-confined, holds the gateway to the same).
+_QUALIFIED_ENTRY = re.compile(r"/[^/]")
+
+# The API server refuses any object over ~1.5 MiB (etcd's request limit):
+# a larger cap would be no cap at all, and tenant-gateway-confined refuses it.
+MAX_CAP = 1572864
 
 
 def image_entry_problem(entry: str) -> str | None:
-    """Why `entry` cannot be on an allow-list, or None. A prefix (ending in
-    `/`) must name at least a registry and one path segment: `docker.io/`
-    would let any tenant run any other's private Docker Hub image from the
-    cache."""
+    """Why `entry` cannot be on an allow-list, or None. An entry must name
+    a registry and one path segment at least: `busybox` would also match
+    `busybox:5000/victim/app` (a registry called busybox), and a prefix
+    `docker.io/` would let any tenant run any other's private Docker Hub
+    image from the cache."""
     if not _IMAGE_ENTRY.match(entry):
         return f"{entry!r} is not an image reference"
-    if entry.endswith("/") and entry.rstrip("/").count("/") < 1:
+    if entry.endswith("/") and not _QUALIFIED_ENTRY.search(entry):
         return f"{entry!r} is a prefix shorter than a registry and a repository path (e.g. registry.example/team/)"
+    if not _QUALIFIED_ENTRY.search(entry):
+        return (f"{entry!r} names no registry: write it in full (e.g. docker.io/library/{entry}), "
+                "or it would also match images of a registry of that name")
     return None
 
 
@@ -179,6 +196,9 @@ def parse_rules(where: str, body: Mapping[str, Any], quantity: Callable[[str, st
             if amount < KIB:
                 raise ValueError(f"{where}.objectBytes.{key}: {given[key]} is under 1Ki: "
                                  "Kubernetes' own objects (kube-root-ca.crt, events) would be refused")
+            if amount > MAX_CAP:
+                raise ValueError(f"{where}.objectBytes.{key}: {given[key]} is over 1.5Mi ({MAX_CAP}), "
+                                 "the API server's own limit for a whole object")
             caps[attribute] = amount
         else:
             caps[attribute] = getattr(defaults, attribute)

@@ -75,8 +75,9 @@ class Settings:
     shared_images: tuple[str, ...] = setting((), env="GATEWAY_SHARED_IMAGES", read=readers.images)
     """Images every tier's pods may take from the node's cache (added to each
     tier's `sharedImages`): comma-separated images, repositories, or
-    prefixes ending in `/` (e.g. images an operator loads onto the nodes
-    with no registry to pull them from). Any other image must be pulled
+    prefixes ending in `/`, each naming a registry and a path (a bare
+    name would match a registry of that name too; e.g. images an operator
+    loads onto the nodes with no registry to pull them from). Any other image must be pulled
     with `imagePullPolicy: Always`, with the tenant's own credentials."""
     tenant_clusterrole: str = setting("tenant-admin", env="GATEWAY_TENANT_CLUSTERROLE", read=readers.object_name)
     """The ClusterRole bound in each tenant namespace."""

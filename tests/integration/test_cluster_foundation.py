@@ -85,7 +85,8 @@ def test_gateway_identity_is_refused_what_it_must_never_do(
     assert _status(lambda: client.CoreV1Api(impersonating).list_namespace()) == 403
 
 
-def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.ApiClient, tenant_namespace: str) -> None:
+def test_gateway_identity_is_confined_to_namespaces_it_made(
+        cluster: LocalCluster, gateway_api: client.ApiClient, tenant_namespace: str) -> None:
     """The `tenant-gateway-confined` admission policy, as shipped. RBAC alone
     would let this credential act in every namespace; these are the moves a
     thief would make with it."""
@@ -123,6 +124,25 @@ def test_gateway_identity_is_confined_to_namespaces_it_made(gateway_api: client.
     core.patch_namespace(tenant_namespace, {"metadata": {"labels": {enforce: "restricted"}, "annotations": {cap: None}}})
     assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"labels": {enforce: None}}})) == 403
     assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {"example.test/x": "y"}}})) == 403
+    # The tier's annotations only as workload_rules writes them: a cap that is
+    # no number would make every write in the namespace fail admission, one
+    # past the API server's object limit is none, a bare name matches a registry.
+    images = workload_rules.SHARED_IMAGES
+    for wrong in ({cap: "lots"}, {cap: "-1"}, {cap: "1572865"}, {cap: "1e9"}, {images: "registry"},
+                  {images: "docker.io/"}, {images: "docker.io/library/nginx,registry"},
+                  {workload_rules.ANNOTATION_PREFIX + "other": "1"}):
+        assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"annotations": wrong}})) == 403, wrong
+    core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {
+        cap: "1572864", images: "docker.io/library/nginx,localhost/tenant-gateway/"}}})
+    core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {cap: None, images: None}}})
+    # A bare entry an older gateway wrote (here the administrator) never
+    # keeps the gateway from suspending the namespace.
+    admin = client.CoreV1Api(kubeclients.from_kubeconfig(cluster.admin_kubeconfig))
+    admin.patch_namespace(tenant_namespace, {"metadata": {"annotations": {images: "busybox"}}})
+    core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(True))
+    core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(False))
+    assert _status(lambda: core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {images: "nginx"}}})) == 403
+    core.patch_namespace(tenant_namespace, {"metadata": {"annotations": {images: None}}})
     # What the gateway itself does is untouched.
     core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(True))
     core.patch_namespace(tenant_namespace, manifests.suspended_label_patch(False))

@@ -30,10 +30,10 @@ def test_a_tier_may_set_its_caps_pod_security_and_shared_images() -> None:
           hard: {pods: "10"}
           objectBytes: {configMap: 1Mi, secret: "131072", metadata: 16Ki}
           podSecurity: baseline
-          sharedImages: [docker.io/library/nginx, registry.example/public/, "busybox:1.36"]
+          sharedImages: [docker.io/library/nginx, registry.example/public/, "docker.io/library/busybox:1.36"]
     """)["big"]
     assert tier.rules == WorkloadRules(ObjectBytes(2 ** 20, 131072, 16 * KIB, 16 * KIB), "baseline",
-                                       ("docker.io/library/nginx", "registry.example/public/", "busybox:1.36"))
+                                       ("docker.io/library/nginx", "registry.example/public/", "docker.io/library/busybox:1.36"))
 
 
 @pytest.mark.parametrize("body, words", [
@@ -41,10 +41,13 @@ def test_a_tier_may_set_its_caps_pod_security_and_shared_images() -> None:
     ("{hard: {pods: '1'}, objectBytes: {secret: 100}}", "under 1Ki"),
     ("{hard: {pods: '1'}, objectBytes: {secret: 2048.5}}", "whole number"),
     ("{hard: {pods: '1'}, objectBytes: {secret: lots}}", "not a Kubernetes quantity"),
+    ("{hard: {pods: '1'}, objectBytes: {configMap: 2Mi}}", "over 1.5Mi"),
     ("{hard: {pods: '1'}, podSecurity: privileged}", "podSecurity must be one of restricted, baseline"),
     # A whole registry's prefix would let any tenant run another's private image from the cache.
     ("{hard: {pods: '1'}, sharedImages: [docker.io/]}", "prefix shorter"),
     ("{hard: {pods: '1'}, sharedImages: ['a, b']}", "not an image reference"),
+    # A bare name would also match a registry of that name: registry:5000/victim/app.
+    ("{hard: {pods: '1'}, sharedImages: [registry]}", "names no registry"),
     ("{hard: {pods: '1'}, sharedImages: '*'}", "must be a list"),
 ])
 def test_mistakes_in_a_tiers_rules_are_refused_at_start_up(body: str, words: str) -> None:
@@ -53,8 +56,9 @@ def test_mistakes_in_a_tiers_rules_are_refused_at_start_up(body: str, words: str
 
 
 @pytest.mark.parametrize("entry, problem", [
-    ("localhost/tenant-gateway/", False), ("registry.example:5000/team/app", False), ("busybox", False),
-    ("nginx@sha256:" + "0" * 64, False), ("docker.io/", True), ("/", True), ("", True), ("a b", True),
+    ("localhost/tenant-gateway/", False), ("registry.example:5000/team/app", False), ("busybox", True),
+    ("registry", True), ("busybox:1.36", True), ("nginx@sha256:" + "0" * 64, True), ("team/app", False),
+    ("docker.io/library/nginx@sha256:" + "0" * 64, False), ("docker.io//", True), ("docker.io/", True), ("/", True), ("", True), ("a b", True),
 ])
 def test_which_entries_an_image_allow_list_takes(entry: str, problem: bool) -> None:
     assert (image_entry_problem(entry) is not None) == problem
