@@ -9,7 +9,9 @@ Pure (files only), so the row can be unit-tested from a result dict.
 from __future__ import annotations
 
 import csv
+import datetime
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,15 @@ def append_row(history: Path, row: dict[str, str]) -> None:
         columns = next(csv.reader(f))
     with history.open("a", newline="") as f:
         csv.DictWriter(f, fieldnames=columns, restval="").writerow(row)
+
+
+def record_alone(name: str, result: dict[str, Any], verdicts: list[tuple[str, str, bool]], *, quick: bool,
+                 started: datetime.datetime, directory: Path = RESULTS) -> Path:
+    """A workload run on its own: its result, with the commit, the start and
+    its verdicts, in results/<name>.json (<name>-quick.json for a smoke run)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    result.update(started=started.isoformat(), commit=commit or "nogit", quick=quick,
+                  verdicts=[{"target": n, "measured": v, "ok": ok} for n, v, ok in verdicts])
+    path = directory / (f"{name}-quick.json" if quick else f"{name}.json")
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path

@@ -30,13 +30,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime
-import json
-import subprocess
 import time
 import uuid
 from typing import Any
 
-from bench.record import RESULTS
+from bench.record import record_alone
 from bench.stack import Stack, temp_root
 from bench.workloads.common import QUICK
 from provisioning.audit import AuditWriter
@@ -211,11 +209,7 @@ async def _alone() -> None:
         result = await audit_burst(stack)
     finally:
         stack.stop()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result.update(started=started.isoformat(), commit=commit or "nogit", quick=QUICK,
-                  verdicts=[{"target": n, "measured": v, "ok": ok} for n, v, ok in audit_verdicts(result)])
-    path = RESULTS / ("audit-burst-quick.json" if QUICK else "audit-burst.json")
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = record_alone("audit-burst", result, audit_verdicts(result), quick=QUICK, started=started)
     print_audit(result)
     for name, value, ok in audit_verdicts(result):
         print(f"  {name:<36} {value:>16}  {'yes' if ok else 'NO'}")

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import json
 import socket
 import ssl
-import subprocess
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.record import RESULTS
+from bench.record import record_alone
 from bench.stack import Stack, Tenant, temp_root
 from bench.workloads.common import QUICK, create_configmaps
 
@@ -134,11 +132,7 @@ async def _standalone() -> None:
         result = await stalled_readers(stack, tenant)
     finally:
         stack.stop()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    result.update(started=started.isoformat(), commit=commit or "nogit", quick=QUICK,
-                  verdicts=[{"target": n, "measured": v, "ok": ok} for n, v, ok in stalled_verdicts(result)])
-    path = RESULTS / ("stalled-readers-quick.json" if QUICK else "stalled-readers.json")
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    path = record_alone("stalled-readers", result, stalled_verdicts(result), quick=QUICK, started=started)
     print(f"written: {path}")
     for sample in result["samples"]:
         print(sample)

@@ -13,9 +13,10 @@ escaped text without taking its batch's other rows with it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import asyncpg
 import pytest
@@ -48,6 +49,20 @@ async def accept(writer: AuditWriter, event: AuditEvent) -> bool:
         return False
     place.fill(event)
     return True
+
+
+@contextlib.asynccontextmanager
+async def audit_table_locked(database_url: str) -> AsyncIterator[tuple[asyncpg.Connection, Any]]:
+    """Another connection holding LOCK TABLE audit_logs (PostgreSQL's own
+    lock) until the caller ends its transaction or the block ends."""
+    locker = await asyncpg.connect(database_url)
+    try:
+        lock = locker.transaction()
+        await lock.start()
+        await locker.execute("LOCK TABLE audit_logs")
+        yield locker, lock
+    finally:
+        await locker.close()
 
 
 async def stored(db: Database, run: str) -> list[int]:
@@ -92,24 +107,20 @@ async def test_a_writer_slower_than_the_load_refuses_writes_and_stores_every_one
     writer = AuditWriter(db, capacity=50, wait_seconds=0.2, retry_seconds=0.05)
     await writer.start()
     run = uuid.uuid4().hex
-    locker = await asyncpg.connect(database_url)
     try:
-        lock = locker.transaction()
-        await lock.start()
-        await locker.execute("LOCK TABLE audit_logs")
-        first = [await accept(writer, write(user.id, run, n)) for n in range(50)]
-        late = await asyncio.gather(*(accept(writer, write(user.id, run, n)) for n in range(50, 200)))
-        assert all(first) and not any(late)
-        assert writer.queue.refusals == 150 and writer.queue.taken == 50
-        assert await locker.fetchval("SELECT count(*) FROM audit_logs WHERE details->>'run' = $1", run) == 0
-        await lock.commit()
-        async with asyncio.timeout(30):
-            while writer.queue.taken:
-                await asyncio.sleep(0.05)
-        again = [await accept(writer, write(user.id, run, n)) for n in range(200, 210)]
-        assert all(again)
+        async with audit_table_locked(database_url) as (locker, lock):
+            first = [await accept(writer, write(user.id, run, n)) for n in range(50)]
+            late = await asyncio.gather(*(accept(writer, write(user.id, run, n)) for n in range(50, 200)))
+            assert all(first) and not any(late)
+            assert writer.queue.refusals == 150 and writer.queue.taken == 50
+            assert await locker.fetchval("SELECT count(*) FROM audit_logs WHERE details->>'run' = $1", run) == 0
+            await lock.commit()
+            async with asyncio.timeout(30):
+                while writer.queue.taken:
+                    await asyncio.sleep(0.05)
+            again = [await accept(writer, write(user.id, run, n)) for n in range(200, 210)]
+            assert all(again)
     finally:
-        await locker.close()
         await writer.stop(timeout=30)
     assert await stored(db, run) == [*range(50), *range(200, 210)]
     assert writer.rows_logged == 0
@@ -151,11 +162,7 @@ async def test_rows_the_database_cannot_take_by_the_end_of_a_stop_are_logged_who
     writer = AuditWriter(db, capacity=10, retry_seconds=0.05)
     await writer.start()
     run = uuid.uuid4().hex
-    locker = await asyncpg.connect(database_url)
-    try:
-        lock = locker.transaction()
-        await lock.start()
-        await locker.execute("LOCK TABLE audit_logs")
+    async with audit_table_locked(database_url) as (_locker, lock):
         for n in range(3):
             assert await accept(writer, write(None, run, n))
         late = await writer.reserve()
@@ -164,8 +171,6 @@ async def test_rows_the_database_cannot_take_by_the_end_of_a_stop_are_logged_who
         with pytest.raises(AuditUnavailable):
             await writer.reserve()  # no writer left: nothing more is accepted
         await lock.rollback()
-    finally:
-        await locker.close()
     logged = sorted(r.audit["details"]["n"] for r in caplog.records  # type: ignore[attr-defined]
                     if r.getMessage().startswith("audit row not written") and r.audit["details"]["run"] == run)
     assert logged == [0, 1, 2, 3]

@@ -74,3 +74,17 @@ def test_a_history_with_other_columns_is_rewritten_keeping_its_rows(tmp_path: Pa
         old, new = list(reader)
     assert old["commit"] == "0000000" and old["retired_figure"] == "7" and old["run"] == ""
     assert new["commit"] == "4ea5d37" and new["retired_figure"] == ""
+
+
+def test_a_workload_run_alone_is_kept_with_its_commit_and_verdicts(tmp_path: Path) -> None:
+    import datetime
+
+    from bench.record import record_alone
+
+    started = datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc)
+    path = record_alone("stalled-readers", {"x": 1}, [("target", "9 KiB", True)], quick=True, started=started,
+                        directory=tmp_path)
+    kept = json.loads(path.read_text())
+    assert path.name == "stalled-readers-quick.json"
+    assert kept["verdicts"] == [{"target": "target", "measured": "9 KiB", "ok": True}]
+    assert kept["started"] == started.isoformat() and kept["commit"] and kept["x"] == 1
