@@ -51,20 +51,23 @@ def _scalar(value: str) -> str:
     return json.dumps(value)
 
 
-def _render(server: str, ca_base64: str, namespace: str, credential: str) -> str:
+def _render(server: str, ca_base64: str, namespace: str, credential: str, user: str) -> str:
     ca = f"    certificate-authority-data: {_scalar(ca_base64)}\n" if ca_base64 else ""
     return _TEMPLATE.format(server=_scalar(server), ca=ca, namespace=_scalar(namespace),
-                            user=_scalar(TENANT_SERVICE_ACCOUNT), credential=credential)
+                            user=_scalar(user), credential=credential)
 
 
-def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str) -> str:
-    return _render(server, ca_base64, namespace, f"    token: {_scalar(token)}\n")
+def render_kubeconfig(*, server: str, ca_base64: str, namespace: str, token: str,
+                      user: str = TENANT_SERVICE_ACCOUNT) -> str:
+    """`user`: the member's ServiceAccount the token is of (users[0].name)."""
+    return _render(server, ca_base64, namespace, f"    token: {_scalar(token)}\n", user)
 
 
-def render_exec_kubeconfig(*, server: str, ca_base64: str, namespace: str, gateway: str, workspace_id: str) -> str:
+def render_exec_kubeconfig(*, server: str, ca_base64: str, namespace: str, gateway: str, workspace_id: str,
+                           user: str = TENANT_SERVICE_ACCOUNT) -> str:
     """The same cluster and context; the user runs `tenant-gateway credential`
     (the contract's `format=exec`), so the file holds no token at all.
     kubectl tells it the cluster it is about to call (provideClusterInfo), and
     it hands a token only to the workspace's own (proxy.cli.client.cached)."""
     return _render(server, ca_base64, namespace,
-                   _EXEC_USER.format(gateway=_scalar(gateway), workspace=_scalar(workspace_id)))
+                   _EXEC_USER.format(gateway=_scalar(gateway), workspace=_scalar(workspace_id)), user)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from provisioning import workload_rules
+from provisioning import roles, workload_rules
 from provisioning.tiers import Tier, quantity_value
 from provisioning.workload_rules import WorkloadRules
 
@@ -27,8 +27,8 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "tenant-gateway"}
 # root); "restricted" is warned and audited either way. Tenants cannot
 # relabel their namespace, and admission.yaml holds the gateway to those two
 # levels.
-TENANT_SERVICE_ACCOUNT = "sa-tenant-admin"
-TENANT_ROLEBINDING = "tenant-admin"
+TENANT_SERVICE_ACCOUNT = roles.OWNER_SERVICE_ACCOUNT
+TENANT_ROLEBINDING = roles.OWNER_ROLEBINDING
 QUOTA_NAME = "tenant-quota"
 LIMITRANGE_NAME = "tenant-defaults"
 ISOLATION_NAME = "tenant-isolation"
@@ -83,21 +83,24 @@ def namespace_convergence(existing: Mapping[str, Any], rules: WorkloadRules) -> 
     return Convergence({"metadata": patch}, ", ".join(words))
 
 
-def service_account(ns: str, workspace_id: str) -> Manifest:
+def service_account(ns: str, workspace_id: str, name: str = TENANT_SERVICE_ACCOUNT) -> Manifest:
+    """A member's account: the owner's `sa-tenant-admin`, another's `member-<user id>`."""
     return {
         "apiVersion": "v1", "kind": "ServiceAccount",
-        "metadata": _metadata(TENANT_SERVICE_ACCOUNT, workspace_id, ns),
+        "metadata": _metadata(name, workspace_id, ns),
         # Tokens come only from TokenRequest; never auto-mount them into pods.
         "automountServiceAccountToken": False,
     }
 
 
-def role_binding(ns: str, workspace_id: str, cluster_role: str) -> Manifest:
+def role_binding(ns: str, workspace_id: str, cluster_role: str, account: str = TENANT_SERVICE_ACCOUNT) -> Manifest:
+    """A member's account bound to their role's ClusterRole (the binding is
+    named after the account; the owner's is `tenant-admin`)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": _metadata(TENANT_ROLEBINDING, workspace_id, ns),
+        "metadata": _metadata(roles.binding_name(account), workspace_id, ns),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
-        "subjects": [{"kind": "ServiceAccount", "name": TENANT_SERVICE_ACCOUNT, "namespace": ns}],
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}],
     }
 
 
@@ -219,14 +222,14 @@ class Step:
         return f"{self.collection}/{self.name}"
 
 
-def service_account_step(ns: str, workspace_id: str) -> Step:
-    return Step("ServiceAccount", f"/api/v1/namespaces/{ns}/serviceaccounts", TENANT_SERVICE_ACCOUNT,
-                service_account(ns, workspace_id))
+def service_account_step(ns: str, workspace_id: str, name: str = TENANT_SERVICE_ACCOUNT) -> Step:
+    return Step("ServiceAccount", f"/api/v1/namespaces/{ns}/serviceaccounts", name,
+                service_account(ns, workspace_id, name))
 
 
-def role_binding_step(ns: str, workspace_id: str, cluster_role: str) -> Step:
+def role_binding_step(ns: str, workspace_id: str, cluster_role: str, account: str = TENANT_SERVICE_ACCOUNT) -> Step:
     return Step("RoleBinding", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-                TENANT_ROLEBINDING, role_binding(ns, workspace_id, cluster_role))
+                roles.binding_name(account), role_binding(ns, workspace_id, cluster_role, account))
 
 
 def namespace_step(ns: str, workspace_id: str, tier: Tier) -> Step:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 WorkspaceStatus = Literal["provisioning", "provisioned", "suspended"]
+Role = Literal["admin", "edit", "view"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,60 @@ class Workspace:
         if quota is not None:
             body["quota"] = quota
         return body
+
+
+@dataclass(frozen=True)
+class Member:
+    """A person's membership of a workspace, and the ServiceAccount that is
+    them in its namespace (provisioning.members)."""
+
+    workspace_id: uuid.UUID
+    user_id: uuid.UUID
+    role: Role
+    service_account: str
+    service_account_uid: str | None
+    """None while the account and its binding are not made (or were revoked)."""
+    added_at: datetime.datetime
+    added_by: uuid.UUID | None = None
+    email: str | None = None
+    via: str = "direct"
+    group_provider: str | None = None
+    group_name: str | None = None
+    revoked_at: datetime.datetime | None = None
+
+    def public(self) -> dict[str, Any]:
+        return {"user_id": str(self.user_id), "email": self.email, "role": self.role,
+                "added_by": str(self.added_by) if self.added_by else None, "added_at": self.added_at.isoformat(),
+                "status": "active", "service_account": self.service_account, "via": self.via}
+
+
+@dataclass(frozen=True)
+class Invitation:
+    workspace_id: uuid.UUID
+    email: str
+    provider: str | None
+    role: Role
+    added_by: uuid.UUID | None
+    added_at: datetime.datetime
+
+    def public(self) -> dict[str, Any]:
+        return {"user_id": None, "email": self.email, "role": self.role, "provider": self.provider,
+                "added_by": str(self.added_by) if self.added_by else None, "added_at": self.added_at.isoformat(),
+                "status": "invited"}
+
+
+@dataclass(frozen=True)
+class GroupBinding:
+    workspace_id: uuid.UUID
+    provider: str
+    group: str
+    role: Role
+    added_by: uuid.UUID | None
+    added_at: datetime.datetime
+
+    def public(self) -> dict[str, Any]:
+        return {"provider": self.provider, "group": self.group, "role": self.role,
+                "added_by": str(self.added_by) if self.added_by else None, "added_at": self.added_at.isoformat()}
 
 
 @dataclass(frozen=True)

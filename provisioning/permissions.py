@@ -44,6 +44,7 @@ from provisioning import manifests
 from provisioning.errors import GatewayError
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeForbidden, KubeNotFound
+from provisioning.roles import ClusterRoles
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,9 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     needed += [Permission("create", "serviceaccounts", subresource="token")]  # kube.tokens.request_token
     needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get")]
     needed += [Permission(v, "rolebindings", _RBAC) for v in ("create", "get", "list", "delete", "patch")]
-    needed += [Permission("bind", "clusterroles", _RBAC, name=tenant_cluster_role)]
+    # bind: each member role's ClusterRole (members.seat, change_role), by name.
+    needed += [Permission("bind", "clusterroles", _RBAC, name=name)
+               for name in ClusterRoles(admin=tenant_cluster_role).names()]
     needed += [Permission("list", r, "admissionregistration.k8s.io")  # check reads the tenant policies
                for r in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")]
     return tuple(needed)
@@ -153,7 +156,7 @@ FORBIDDEN: tuple[Permission, ...] = (
     Permission("get", "nodes", subresource="proxy"), Permission("create", "nodes", subresource="proxy"),
     *(Permission("impersonate", resource) for resource in ("users", "groups", "serviceaccounts")),
     Permission("impersonate", "uids", "authentication.k8s.io"),
-    # RBAC: grant what it does not hold. Bind is held for tenant-admin only.
+    # RBAC: grant what it does not hold. Bind is held for the three member roles only.
     Permission("escalate", "clusterroles", _RBAC), Permission("escalate", "roles", _RBAC),
     Permission("bind", "clusterroles", _RBAC), Permission("bind", "roles", _RBAC),
     *(Permission("bind", "clusterroles", _RBAC, name=role) for role in ("cluster-admin", "admin", "edit", "view")),
@@ -299,6 +302,7 @@ POLICIES: Mapping[str, Mapping[str, Any] | None] = {
     "tenant-gateway-no-external-ips": _TENANT_NAMESPACES,
     "tenant-gateway-rolebinding-subjects": _TENANT_NAMESPACES,
     "tenant-gateway-no-gateway-grade-tokens": _TENANT_NAMESPACES,
+    "tenant-gateway-member-accounts": _TENANT_NAMESPACES,
     "tenant-gateway-no-external-names": _TENANT_NAMESPACES,
     "tenant-gateway-volume-sources": _TENANT_NAMESPACES,
     "tenant-gateway-node-placement": _TENANT_NAMESPACES,

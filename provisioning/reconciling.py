@@ -3,10 +3,12 @@
 Tiers are read at start-up and onboarding writes them into each new
 namespace; a workspace made before a tier changed (or before a release added
 a bound, such as the object counts) keeps its old quota until something
-converges it. Resume does, for the one workspace it resumes; `tenant-gateway
+converges it; a membership change cut short leaves a member's objects
+behind their row until something converges them (provisioning.members). Resume does, for the one workspace it resumes; `tenant-gateway
 reconcile` does for all of them: every workspace past onboarding (provisioned
 or suspended) gets its quota, LimitRange and NetworkPolicy created if missing
-and its quota's `hard` made the tier's. A workspace whose onboarding was cut
+and its quota's `hard` made the tier's, and every provisioned one its
+members' bindings made their roles' (members.converge). A workspace whose onboarding was cut
 short (`provisioning`: its owner was told 503) is finished, as its owner's
 next init call would: nothing stays half-made because its owner went away.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from provisioning import manifests
+from provisioning import manifests, members
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import Conflict, ServiceUnavailable
@@ -33,6 +35,7 @@ from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeNotFound
 from provisioning.models import AuditEvent, Workspace
 from provisioning.onboarding import converge_object, onboarding_turn
+from provisioning.roles import ClusterRoles
 from provisioning.tiers import Tier
 
 
@@ -51,9 +54,11 @@ class Reconciled:
         return f"{self.workspace.id} {self.workspace.namespace}: " + "; ".join(self.changes)
 
 
-async def reconcile_workspace(kube: KubeApi, workspace: Workspace, tier: Tier, changes: list[str]) -> None:
-    """Converge one workspace's bounds, adding what changed to `changes` as
-    it goes (so a step that fails leaves the earlier ones on record)."""
+async def reconcile_workspace(db: Database, kube: KubeApi, workspace: Workspace, tier: Tier,
+                              cluster_roles: ClusterRoles, changes: list[str]) -> None:
+    """Converge one workspace's bounds and its members' objects, adding what
+    changed to `changes` as it goes (so a step that fails leaves the earlier
+    ones on record)."""
     workspace_id = str(workspace.id)
     await _converge_namespace(kube, manifests.namespace_step(workspace.namespace, workspace_id, tier), workspace_id,
                               changes)
@@ -61,6 +66,7 @@ async def reconcile_workspace(kube: KubeApi, workspace: Workspace, tier: Tier, c
         _object, done = await converge_object(kube, step, workspace_id)
         if done is not None:
             changes.append(f"{step.kind} {step.name} {done}")
+    await members.converge(db, kube, cluster_roles, workspace, changes)
 
 
 async def _converge_namespace(kube: KubeApi, step: manifests.Step, workspace_id: str, changes: list[str]) -> None:
@@ -134,7 +140,7 @@ async def _reconcile_one(db: Database, kube: KubeApi, workspace: Workspace, tier
         if workspace.status == "provisioning":  # audited as it is finished, in one statement
             finished = await finish_onboarding(db, kube, workspace, tier, cluster_role)
             return Reconciled(workspace, finished) if finished else None
-        await reconcile_workspace(kube, workspace, tier, changes)
+        await reconcile_workspace(db, kube, workspace, tier, ClusterRoles(admin=cluster_role), changes)
     except KubeNotFound:
         outcomes.append("left alone: its namespace does not exist")
     except (Conflict, KubeAPIError) as refused:  # a name taken, or the API server's refusal of this one

@@ -12,8 +12,10 @@ have bound its own roles. Suspension therefore
 3. deletes every RoleBinding in the namespace, listing again until none is
    left (the label reaches the admission check a moment after the patch);
    each listing is paged, so no answer grows with the tenant's bindings;
-4. replaces the tenant ServiceAccount: its UID changes, so every token minted
-   for the old one stops authenticating.
+4. deletes every member's ServiceAccount and replaces the owner's
+   (`sa-tenant-admin`): every token minted for them stops authenticating.
+   Members' accounts are made again at their first credential after the
+   workspace is resumed (provisioning.members.seat).
 A delete in steps 3 and 4 that leaves its object in place, held by
 finalizers, is finished by removing them. A tenant can make its own delete
 a foreground one and give the object a dependent that never goes (one
@@ -51,11 +53,13 @@ import uuid
 from typing import Any, Mapping
 
 from provisioning import manifests
+from provisioning.db import members as member_rows
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import ClusterUnavailable, Conflict, NotFound
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeNotFound
+from provisioning.kube.tokens import TOKEN_CACHE_GRACE_SECONDS
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.onboarding import ensure_object, ensure_objects
 from provisioning.tiers import Tier
@@ -63,8 +67,6 @@ from provisioning.tiers import Tier
 log = logging.getLogger(__name__)
 
 _RBAC = "/apis/rbac.authorization.k8s.io/v1"
-# The API server's token-authentication cache (~10 s), plus clock-skew margin.
-TOKEN_CACHE_GRACE_SECONDS = 15.0
 # How long a suspension waits for a resume (or another suspension) under way:
 # a resume is the grace above plus a few API calls.
 SUSPENSION_WAITS_SECONDS = 60.0
@@ -136,6 +138,16 @@ async def _delete_every_rolebinding(kube: KubeApi, namespace: str) -> list[str]:
                              "is the tenant-gateway-suspended admission policy installed?")
 
 
+async def _delete_member_accounts(db: Database, kube: KubeApi, workspace: Workspace) -> list[str]:
+    """Every member's account but the owner's (which is replaced): their
+    tokens stop authenticating."""
+    names = [m.service_account for m in await member_rows.all_members(db, workspace.id)
+             if m.service_account != workspace.service_account]
+    for name in names:
+        await _delete_now(kube, f"/api/v1/namespaces/{workspace.namespace}/serviceaccounts/{name}")
+    return names
+
+
 async def suspend(db: Database, kube: KubeApi, workspace_id: uuid.UUID, actor: User,
                   ip_address: str | None) -> Workspace:
     # An administrator's suspension waits for a resume under way (then undoes
@@ -159,8 +171,12 @@ async def _suspend(db: Database, kube: KubeApi, workspace_id: uuid.UUID, actor: 
         return workspace
     deleted = await _delete_every_rolebinding(kube, workspace.namespace)
     await repo.record_audit(db, step("rolebindings_deleted", names=deleted))
+    gone = await _delete_member_accounts(db, kube, workspace)
+    if gone:
+        await repo.record_audit(db, step("member_accounts_deleted", names=gone))
     new_uid = await _replace_service_account(kube, workspace)
     async with db.transaction() as connection:
+        await member_rows.forget_accounts(connection, workspace_id)  # made again at each one's next credential
         updated = await repo.set_workspace_state(connection, workspace_id, "suspended", new_uid)
         await repo.record_audit(connection, step("service_account_replaced",
                                                  old_uid=workspace.service_account_uid, new_uid=new_uid))

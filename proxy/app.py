@@ -23,16 +23,18 @@ from typing import Any, AsyncIterator, Callable, Protocol
 
 from aiohttp import web
 
+from provisioning import members as team
 from provisioning.audit import AuditWriter
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeApi, KubeClient
 from provisioning.kube.tokens import request_token
-from provisioning.models import IssuedToken
+from provisioning.models import IssuedToken, User
 from proxy import keys
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
+from proxy.auth.oidc_tokens import Identity
 from proxy.http.draining import Drain
 from proxy.http.metrics import Metrics
 from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
@@ -44,7 +46,7 @@ from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
 from proxy.passthrough.upstream import Upstream, UpstreamApi
-from proxy.routes import accounts, console, device, health, openapi, sso, workspaces
+from proxy.routes import accounts, console, device, health, members, openapi, sso, workspaces
 from proxy.routes.ratelimit import CounterSweeper
 from proxy.server.front import answer_expect, front_middleware, response_hook
 from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
@@ -155,6 +157,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
             client = own = await KubeClient.from_kubeconfig(settings.kubeconfig)
         app[keys.KUBE] = client
         app[keys.PUBLIC_CA_BASE64] = public_ca_base64(settings, client)
+
+        async def joined(user: User, identity: Identity) -> None:
+            await team.signed_in(app[keys.DATABASE], client, settings.cluster_roles, user, identity.provider,
+                                    identity.email, identity.groups)
+
+        app[keys.OIDC].on_admitted = joined
         yield
         if own is not None:
             await own.close()
@@ -213,10 +221,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
         events.subscribe(on_identity_event)
         directory = WorkspaceDirectory(app[keys.DATABASE], events, on_change=on_workspace_change,
-                                       on_reset=streams.cut_all, cache_seconds=settings.workspace_cache_seconds,
+                                       on_member_change=streams.cut_member, on_reset=streams.cut_all, cache_seconds=settings.workspace_cache_seconds,
                                        clock=clock)
         gate.open(app[keys.AUTHENTICATOR], directory,
-                  Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics), events)
+                  Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics), events,
+                  lambda seat: team.seat(app[keys.DATABASE], app[keys.KUBE], settings.cluster_roles, seat))
         yield
 
     async def heap(app: web.Application) -> AsyncIterator[None]:
@@ -230,8 +239,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                             metrics_listener(settings)])
     app.on_shutdown.append(end_streams)
     # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).
-    for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, openapi.routes,
-                  console.routes):
+    for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, members.routes,
+                  openapi.routes, console.routes):
         for route in table:
             assert isinstance(route, web.RouteDef)
             app.router.add_route(route.method, route.path, route.handler, expect_handler=answer_expect, **route.kwargs)

@@ -32,7 +32,7 @@ def _user(row: asyncpg.Record) -> User:
                 provider=row["oidc_provider"])
 
 
-def _workspace(row: asyncpg.Record) -> Workspace:
+def workspace_from_row(row: asyncpg.Record) -> Workspace:
     return Workspace(
         id=row["id"], user_id=row["user_id"], namespace=row["k8s_namespace"],
         service_account=row["k8s_sa_name"], tier=row["tier"], status=row["status"],
@@ -315,11 +315,11 @@ async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, serv
         uuid.uuid4(), user_id, namespace, service_account, tier,
     )
     if row is not None:
-        return _workspace(row), True
+        return workspace_from_row(row), True
     existing = await db.fetchrow("SELECT * FROM workspaces WHERE user_id = $1", user_id)
     if existing is None:  # the namespace is taken by a row of another user: impossible by naming
         raise Conflict("the workspace namespace is already in use", code="namespace_taken")
-    return _workspace(existing), False
+    return workspace_from_row(existing), False
 
 
 @contextlib.asynccontextmanager
@@ -369,16 +369,16 @@ async def _advisory_xact_lock(connection: asyncpg.Connection, wait_seconds: floa
 
 async def get_workspace(db: Database, workspace_id: uuid.UUID) -> Workspace | None:
     row = await db.fetchrow("SELECT * FROM workspaces WHERE id = $1", workspace_id)
-    return _workspace(row) if row else None
+    return workspace_from_row(row) if row else None
 
 
 async def workspaces_of(db: Database, user_id: uuid.UUID) -> list[Workspace]:
     rows = await db.fetch("SELECT * FROM workspaces WHERE user_id = $1 ORDER BY created_at", user_id)
-    return [_workspace(r) for r in rows]
+    return [workspace_from_row(r) for r in rows]
 
 
 async def all_workspaces(db: Database) -> list[Workspace]:
-    return [_workspace(r) for r in await db.fetch("SELECT * FROM workspaces ORDER BY created_at")]
+    return [workspace_from_row(r) for r in await db.fetch("SELECT * FROM workspaces ORDER BY created_at")]
 
 
 async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid.UUID, status: str,
@@ -390,7 +390,7 @@ async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid
            WHERE id = $1 RETURNING *""",
         workspace_id, status, service_account_uid,
     )
-    return _workspace(row) if row else None
+    return workspace_from_row(row) if row else None
 
 
 async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_account_uid: str,
@@ -407,7 +407,7 @@ async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_acc
            SELECT * FROM done""",
         *_audit_row(event), workspace_id, service_account_uid,
     )
-    return _workspace(row) if row else None
+    return workspace_from_row(row) if row else None
 
 
 # -- audit --------------------------------------------------------------------
@@ -430,16 +430,20 @@ async def record_audit(connection: asyncpg.Connection | Database, event: AuditEv
     return audit_id
 
 
-async def record_issuance(db: Database, workspace: Workspace, event: AuditEvent) -> bool:
-    """The issuance's audit row, written only if the workspace is still as it
-    was read before the token was minted: provisioned, same ServiceAccount.
-    False means it was suspended (or resumed afresh) meanwhile."""
+async def record_issuance(db: Database, workspace: Workspace, member_id: uuid.UUID, service_account_uid: str,
+                          event: AuditEvent) -> bool:
+    """The issuance's audit row, written only if the workspace and the
+    membership are still as they were read before the token was minted:
+    provisioned, and member `member_id`'s account the same one. False means
+    the workspace was suspended (or resumed afresh), or the member removed
+    or their account revoked, meanwhile."""
     row = await db.fetchrow(
         f"""{_INSERT_AUDIT}
-            WHERE EXISTS (SELECT 1 FROM workspaces WHERE id = $7 AND status = 'provisioned'
-                          AND k8s_sa_uid IS NOT DISTINCT FROM $8)
+            WHERE EXISTS (SELECT 1 FROM workspaces w JOIN workspace_members m ON m.workspace_id = w.id
+                          WHERE w.id = $7 AND w.status = 'provisioned'
+                            AND m.user_id = $8 AND m.service_account_uid = $9)
             RETURNING id""",
-        *_audit_row(event), workspace.id, workspace.service_account_uid,
+        *_audit_row(event), workspace.id, member_id, service_account_uid,
     )
     return row is not None
 

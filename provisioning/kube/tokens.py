@@ -11,6 +11,12 @@ from provisioning.kube.client import KubeApi
 from provisioning.manifests import token_request
 from provisioning.models import IssuedToken
 
+TOKEN_CACHE_GRACE_SECONDS = 15.0
+"""The API server's token-authentication cache (~10 s), plus clock-skew
+margin: a token of a deleted ServiceAccount may authenticate that long, and
+RBAC matches an account by name, so a new account of the same name is bound
+only after it (suspension.resume, members.seat)."""
+
 
 def credential_id(token: str) -> str | None:
     """The token's `jti`, read without verification: it only labels an audit

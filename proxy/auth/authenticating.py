@@ -141,7 +141,7 @@ class Authenticator:
             # row: an ended session must not change anything.
             if await repo.session_ended(self._db, session_id):
                 raise Unauthenticated("the session has ended; log in again", code="session_ended")
-            user = await admit(self._db, provider, identity)
+            user = await admit(self._db, provider, identity, self._oidc.on_admitted)
             # The token's session row, on its first use on any replica: a
             # logout revokes it (every replica hears), a suspension of the
             # user ends it, and the token's own expiry bounds it.

@@ -16,6 +16,8 @@ an audience mapper adding the gateway's audience, unless the provider's
 
 from __future__ import annotations
 
+from typing import Awaitable, Callable
+
 import aiohttp
 
 from provisioning.db import repositories as repo
@@ -29,7 +31,14 @@ from proxy.auth.oidc_tokens import Identity, InvalidIdToken
 
 
 
+OnAdmitted = Callable[[User, Identity], Awaitable[None]]
+"""What a sign-in changes beyond the user's row (provisioning.members.signed_in:
+invitations and group bindings), set once the cluster client exists."""
+
+
 class OIDCRegistry:
+    on_admitted: OnAdmitted | None = None
+
     def __init__(self, providers: tuple[OIDCProvider, ...], *, refetch_interval: float = 30.0,
                  discovery_seconds: float = 3600.0, timeout_seconds: float = 15.0) -> None:
         timeout = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=min(5.0, timeout_seconds))
@@ -74,12 +83,15 @@ class OIDCRegistry:
         raise first_error
 
 
-async def admit(db: Database, provider: OIDCProvider, identity: Identity) -> User:
-    """The gateway user for a verified identity, or 401 if the provider's policy keeps them out."""
+async def admit(db: Database, provider: OIDCProvider, identity: Identity, on_admitted: OnAdmitted | None) -> User:
+    """The gateway user for a verified identity, or 401 if the provider's
+    policy keeps them out; then what the sign-in changes (`on_admitted`)."""
     oidc_tokens.check_allowed(provider, identity)
     user = await repo.sso_user(db, provider=provider.name, issuer=identity.issuer, subject=identity.subject,
                                email=identity.email, is_admin=oidc_tokens.is_admin(provider, identity),
                                issued_at=identity.issued_at)
     if user.status != "active":
         raise InvalidIdToken("this account is suspended", code="user_suspended")
+    if on_admitted is not None:
+        await on_admitted(user, identity)
     return user

@@ -17,14 +17,15 @@ fits the request. A refused request never reaches the API server.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 from provisioning import access
-from provisioning.errors import BadRequest, EventsUnavailable, Forbidden, GatewayError
+from provisioning.access import Seat
+from provisioning.errors import BadRequest, EventsUnavailable, Forbidden, GatewayError, ServiceUnavailable
 from provisioning.events import EventListener
-from provisioning.models import Workspace
+from provisioning.models import Member, Workspace
 from proxy.auth import scopes
 from proxy.auth.authenticating import Authenticator, Principal
 from proxy.http.error_answers import KUBERNETES_PREFIX
@@ -33,7 +34,7 @@ from proxy.passthrough.headers import is_spdy_upgrade
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.relaying import relay_http, relay_namespace_list
 from proxy.passthrough.routing import classify
-from proxy.passthrough.tenants import WorkspaceDirectory
+from proxy.passthrough.tenants import NOT_CACHED, WorkspaceDirectory
 from proxy.passthrough.ticket import Ticket
 from proxy.passthrough.token_cache import TokenKey
 from proxy.passthrough.websockets import relay_websocket
@@ -66,6 +67,18 @@ def split_target(raw_target: str) -> tuple[str, str, str]:
     return segment, ("/" + segments[3] if len(segments) == 4 else ""), raw_query
 
 
+class AccountNotMade(ServiceUnavailable):
+    """The caller's account in the workspace is not made yet (their first
+    request, or the first after a suspension): the full path makes it
+    (`Gate.seats`) and decides again; the express lane leaves it to it."""
+
+    code = "account_not_made"
+
+    def __init__(self, seat: Seat) -> None:
+        super().__init__("your account in this workspace is being made; retry")
+        self.seat = seat
+
+
 def _read_needs_no_address() -> str | None:
     """A Ticket's client address for a read, which is counted, never audited
     (proxy.passthrough.relay): the express lane has no aiohttp request to
@@ -85,13 +98,16 @@ class Gate:
         self.directory: WorkspaceDirectory
         self.relay: Relay
         self.events: EventListener
+        self.seats: Callable[[Seat], Awaitable[Seat]]
+        """Makes a member's account (provisioning.members.seat)."""
 
     is_open = False
     """Whether `open` has handed the parts over (the app is serving)."""
 
     def open(self, authenticator: Authenticator, directory: WorkspaceDirectory, relay: Relay,
-             events: EventListener) -> None:
+             events: EventListener, seats: Callable[[Seat], Awaitable[Seat]]) -> None:
         self.authenticator, self.directory, self.relay, self.events = authenticator, directory, relay, events
+        self.seats = seats
         self.is_open = True
 
     def add_routes(self, router: web.UrlDispatcher, **options: Any) -> None:
@@ -101,23 +117,27 @@ class Gate:
         self.route_label = route.resource.canonical
         """The metrics label of the route, as aiohttp names it (the express lane counts under it too)."""
 
-    def decide(self, who: Principal, workspace: Workspace | None, method: str, tail: str, query: str,
-               client_address: Callable[[], str | None], cuts_seen: int) -> Ticket:
-        """The gate's one decision, for both request paths: may `who` send
-        `method` to `tail?query` in `workspace`? The Ticket if so; the
-        refusal (a GatewayError) if not. Synchronous and from what the caller
-        read: the full path reads the caches or the database first, the
-        express lane its caches alone. A rule for every request belongs
-        here, so neither path can skip it."""
+    def decide(self, who: Principal, workspace: Workspace | None, member: Member | None, method: str, tail: str,
+               query: str, client_address: Callable[[], str | None], cuts_seen: int) -> Ticket:
+        """The gate's one decision, for both request paths: may `who` (whose
+        membership of `workspace` is `member`) send `method` to
+        `tail?query` in `workspace`, and as which account? The Ticket if so;
+        the refusal (a GatewayError) if not. Synchronous and from what the
+        caller read: the full path reads the caches or the database first,
+        the express lane its caches alone. A rule for every request belongs
+        here, so neither path can skip it. What the member's role allows is
+        the API server's to say: the Ticket carries the member's own account."""
         if not scopes.allows_proxy(who.scope):  # a device sign-in's session holds credentials of its own
             raise Forbidden(scopes.REFUSAL, code=scopes.REFUSAL_CODE)
-        workspace = access.usable(who.user, workspace)
-        decision = classify(method, tail, query, workspace.namespace)
+        seat = access.usable(who.user, workspace, member)
+        if seat.service_account_uid is None:
+            raise AccountNotMade(seat)
+        namespace = seat.workspace.namespace
+        decision = classify(method, tail, query, namespace)
         if decision.action == "deny":
             raise Forbidden(decision.reason, code="outside_tenant")
-        return Ticket(who, workspace, decision, method,
-                      TokenKey(workspace.namespace, workspace.service_account, workspace.service_account_uid or ""),
-                      client_address, cuts_seen)
+        return Ticket(who, seat.workspace, decision, method,
+                      TokenKey(namespace, seat.service_account, seat.service_account_uid), client_address, cuts_seen)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The full path: fill what is not cached, `decide`, then what only
@@ -127,10 +147,18 @@ class Gate:
         cuts_seen = relay.streams.cuts  # before the reads that authorise: a cut meanwhile still reaches a stream
         who = await self.authenticator.authenticate(request)
         workspace_id = uuid_from(request.match_info["workspace_id"], "workspace")
-        workspace = self.directory.cached(workspace_id) or await self.directory.get(workspace_id)
+        directory = self.directory
+        workspace = directory.cached(workspace_id) or await directory.get(workspace_id)
+        member = directory.cached_member(workspace_id, who.user.id)
+        if member is NOT_CACHED:
+            member = await directory.member(workspace_id, who.user.id)
         _, tail, query = split_target(request.raw_path)
-        ticket = self.decide(who, workspace, request.method, tail, query,
-                             lambda: client_ip(request, self.trusted_proxies), cuts_seen)
+        address = lambda: client_ip(request, self.trusted_proxies)  # noqa: E731
+        try:
+            ticket = self.decide(who, workspace, member, request.method, tail, query, address, cuts_seen)
+        except AccountNotMade as missing:
+            made = await self.seats(missing.seat)
+            ticket = self.decide(who, made.workspace, made.member, request.method, tail, query, address, cuts_seen)
         decision = ticket.decision
         headers = request.headers
         upgrade = "Upgrade" in headers
@@ -166,10 +194,15 @@ class Gate:
         if not tail or "{" in segment or "}" in segment:
             return None  # the route's {workspace_id} takes no braces (aiohttp: 404), uuid.UUID would
         try:
-            workspace = self.directory.cached(uuid_from(segment, "workspace"))
+            workspace_id = uuid_from(segment, "workspace")
+            workspace = self.directory.cached(workspace_id)
             if workspace is None:
                 return None
-            ticket = self.decide(principal, workspace, "GET", tail, query, _read_needs_no_address, cuts_seen)
+            member = self.directory.cached_member(workspace_id, principal.user.id)
+            if member is NOT_CACHED:
+                return None
+            ticket = self.decide(principal, workspace, member, "GET", tail, query, _read_needs_no_address,
+                                 cuts_seen)
         except GatewayError:
             return None
         decision = ticket.decision

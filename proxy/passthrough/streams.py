@@ -98,6 +98,8 @@ WORKSPACE_CHANGED = Ending("workspace changed", WSCloseCode.POLICY_VIOLATION,
 SESSION_ENDED = Ending("session ended", WSCloseCode.POLICY_VIOLATION, b"the session ended; sign in again")
 SESSION_EXPIRED = Ending("session expired", WSCloseCode.POLICY_VIOLATION, b"the session expired; sign in again")
 USER_CHANGED = Ending("user changed", WSCloseCode.POLICY_VIOLATION, b"the account changed; sign in again")
+MEMBER_CHANGED = Ending("membership changed", WSCloseCode.POLICY_VIOLATION,
+                        b"your membership of this workspace changed")
 # 1013 "try again later": the replica lost track of revocations (its event
 # listener reconnected); nothing of the client's ended, but a stream it
 # could not cut must not run on. Reopened once the listener is back.
@@ -245,6 +247,11 @@ class StreamRegistry:
 
     def cut_user(self, user_id: uuid.UUID) -> int:
         return self._cut_where(lambda owner: owner.user_id == user_id, USER_CHANGED)
+
+    def cut_member(self, workspace_id: uuid.UUID, user_id: uuid.UUID) -> int:
+        """A membership changed (removed, a new role or account): that member's streams there end."""
+        return self._cut_where(lambda owner: owner.workspace_id == workspace_id and owner.user_id == user_id,
+                               MEMBER_CHANGED)
 
     def cut_all(self) -> None:
         """The replica may have missed a revocation: every stream ends (cleanly)."""

@@ -8,6 +8,8 @@ from typing import NoReturn
 
 from aiohttp import web
 
+from provisioning import members
+from provisioning.db import members as member_rows
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import BadRequest, Forbidden, NotFound, Unauthenticated
@@ -131,8 +133,9 @@ async def logout(request: web.Request) -> web.Response:
 @routes.get("/api/v1/me")
 async def me(request: web.Request) -> web.Response:
     who = await principal(request)
-    owned = await repo.workspaces_of(request.app[keys.DATABASE], who.user.id)
-    return web.json_response({**who.user.public(), "workspaces": [w.public() for w in owned]})
+    held = await member_rows.memberships_of(request.app[keys.DATABASE], who.user.id)
+    return web.json_response({**who.user.public(),
+                              "workspaces": [{**w.public(), "role": m.role} for w, m in held]})
 
 
 async def _set_user_status(request: web.Request, status: str, action: str) -> web.Response:
@@ -149,6 +152,11 @@ async def _set_user_status(request: web.Request, status: str, action: str) -> we
         raise NotFound("no such user")
     # Ended here before the answer: the user's next request may beat the NOTIFY.
     request.app[keys.EVENTS].committed({"kind": "user_changed", "id": str(user.id)})
+    if status != "active":
+        # Their downloaded kubeconfigs too, in every workspace they belong
+        # to. The user stays suspended if this fails (503): repeating the
+        # call finishes it.
+        await members.revoke_user(db, request.app[keys.KUBE], user.id, who.user, client_ip(request))
     return web.json_response({"id": str(user.id), "status": user.status})
 
 

@@ -99,7 +99,7 @@ async def callback(request: web.Request) -> web.Response:
         # The token endpoint answered this client: its ID token is issued to this client alone.
         identity = await client.verify(id_token, audiences=(provider.client_id,),
                                        authorized_parties=(provider.client_id,), nonce=record["nonce"])
-        user = await admit(db, provider, identity)
+        user = await admit(db, provider, identity, app[keys.OIDC].on_admitted)
         # With its audit row, and only if the user is still active (a
         # suspension may have come since `admit` read the row).
         signed_in = await signin.open_session(db, settings, user.id, AuditEvent(

@@ -7,10 +7,11 @@ import uuid
 from aiohttp import web
 
 from provisioning import access, credentials, onboarding, suspension
+from provisioning.db import members as member_rows
 from provisioning.db import repositories as repo
 from provisioning.errors import BadRequest, Forbidden
 from provisioning.kubeconfig import render_exec_kubeconfig
-from provisioning.models import Workspace
+from provisioning.models import Member, Workspace
 from proxy import keys
 from proxy.http.requests import uuid_from
 from proxy.routes import ratelimit
@@ -32,9 +33,13 @@ _MAX_TIER_NAME = 63  # a DNS label, as provisioning.tiers requires
 _MAX_AUDIT_ACTION = 64
 
 
-def _with_quota(request: web.Request, workspace: Workspace) -> dict[str, object]:
+def _with_quota(request: web.Request, workspace: Workspace, member: Member | None = None) -> dict[str, object]:
+    """The workspace's answer, with its quota and, for a member, their role."""
     tier = request.app[keys.SETTINGS].tiers.get(workspace.tier)
-    return workspace.public(tier.summary() if tier else None)
+    body = workspace.public(tier.summary() if tier else None)
+    if member is not None:
+        body["role"] = member.role
+    return body
 
 
 @routes.post("/api/v1/workspaces/init")
@@ -63,8 +68,9 @@ async def list_workspaces(request: web.Request) -> web.Response:
     everything = query_flag(request, "all")
     if everything and not who.user.is_admin:
         raise Forbidden("only administrators may list every workspace", code="admin_required")
-    found = await (repo.all_workspaces(db) if everything else repo.workspaces_of(db, who.user.id))
-    return web.json_response([_with_quota(request, w) for w in found])
+    if everything:
+        return web.json_response([_with_quota(request, w) for w in await repo.all_workspaces(db)])
+    return web.json_response([_with_quota(request, w, m) for w, m in await member_rows.memberships_of(db, who.user.id)])
 
 
 def _workspace_query(request: web.Request) -> uuid.UUID | None:
@@ -92,15 +98,15 @@ async def kubeconfig(request: web.Request) -> web.Response:
     if form == "exec":
         # No token in it, so nothing to mint or audit: each token the plugin
         # fetches later is issued (and audited) by the token route.
-        workspace = await credentials.usable_workspace(db, who.user, _workspace_query(request))
+        seat = await credentials.usable_seat(db, who.user, _workspace_query(request))
         text = render_exec_kubeconfig(server=public_server, ca_base64=app[keys.PUBLIC_CA_BASE64],
-                                      namespace=workspace.namespace,
+                                      namespace=seat.workspace.namespace,
                                       gateway=settings.gateway_url or public_origin(request),
-                                      workspace_id=str(workspace.id))
+                                      workspace_id=str(seat.workspace.id), user=seat.service_account)
     else:
         await issuance_allowed(request, who.user.id)
         text = await credentials.issue_kubeconfig(
-            db, kube, who.user, _workspace_query(request), ip_address=client_ip(request),
+            db, kube, settings.cluster_roles, who.user, _workspace_query(request), ip_address=client_ip(request),
             ttl_seconds=settings.token_ttl_seconds, public_server=public_server,
             public_ca_base64=app[keys.PUBLIC_CA_BASE64],
         )
@@ -117,11 +123,12 @@ async def token(request: web.Request) -> web.Response:
     app = request.app
     settings, kube = app[keys.SETTINGS], app[keys.KUBE]
     await issuance_allowed(request, who.user.id)
-    workspace, issued = await credentials.issue_token(
-        app[keys.DATABASE], kube, who.user, _workspace_query(request), ip_address=client_ip(request),
-        ttl_seconds=settings.token_ttl_seconds, via="credential")
+    seat, issued = await credentials.issue_token(
+        app[keys.DATABASE], kube, settings.cluster_roles, who.user, _workspace_query(request),
+        ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds, via="credential")
     return web.json_response({
-        "token": issued.token, "expires_at": issued.expires_at.isoformat(), "namespace": workspace.namespace,
+        "token": issued.token, "expires_at": issued.expires_at.isoformat(), "namespace": seat.workspace.namespace,
+        "service_account": seat.service_account, "role": seat.role,
         "server": settings.public_server or kube.endpoint.server,
         "certificate_authority_data": app[keys.PUBLIC_CA_BASE64],
     }, headers={"Cache-Control": "no-store"})
@@ -130,8 +137,11 @@ async def token(request: web.Request) -> web.Response:
 @routes.get(f"/api/v1/workspaces/{ID_SEGMENT}")
 async def get_workspace(request: web.Request) -> web.Response:
     who = await principal(request)
-    workspace = await repo.get_workspace(request.app[keys.DATABASE], uuid_from(request.match_info["id"], "workspace"))
-    return web.json_response(_with_quota(request, access.visible(who.user, workspace)))
+    db = request.app[keys.DATABASE]
+    workspace_id = uuid_from(request.match_info["id"], "workspace")
+    workspace = await repo.get_workspace(db, workspace_id)
+    member = await member_rows.membership(db, workspace_id, who.user.id)
+    return web.json_response(_with_quota(request, access.visible(who.user, workspace, member), member))
 
 
 @routes.post(f"/api/v1/workspaces/{ID_SEGMENT}/suspend")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from provisioning.roles import ClusterRoles
 from provisioning.secrets import Secret
 from provisioning.tiers import DEFAULT_TIERS, Tier
 from proxy.settings.errors import SettingsError
@@ -196,6 +197,12 @@ class Settings:
         if self.session_secret is None:
             raise SettingsError("GATEWAY_SESSION_SECRET is not set")
         return self.session_secret
+
+    @property
+    def cluster_roles(self) -> ClusterRoles:
+        """The ClusterRole of each member role: the tenant role for admins,
+        `tenant-edit` and `tenant-view` for the others."""
+        return ClusterRoles(admin=self.tenant_clusterrole)
 
     @property
     def max_body_bytes(self) -> int:
