@@ -92,24 +92,55 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/auth/device/token": {"post": _op(
             "Poll: 400 authorization_pending until approved, then a session (once)", 200, body="DeviceToken",
             auth=False, errors=(400, 415, 503))},
-        "/api/v1/me": {"get": _op("The caller and their workspaces", 200, errors=(403, 503))},
+        "/api/v1/me": {"get": _op("The caller and every workspace they are a member of, each with their role", 200,
+                                  errors=(403, 503))},
         "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
                                                 errors=(400, 403, 429, 503),
                                                 also_ok={200: "already onboarded: the same workspace"})},
-        "/api/v1/workspaces": {"get": _op("List workspaces", 200, errors=(400, 403), params=[_query("all", "boolean")])},
+        "/api/v1/workspaces": {"get": _op("The workspaces the caller is a member of, each with their role "
+                                          "(all=true: every workspace, gateway admins)", 200, errors=(400, 403),
+                                          params=[_query("all", "boolean")])},
         "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(403, 404), params=[_path_id()])},
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
-            "Issue a 2-hour kubeconfig", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
+            "Issue a 2-hour kubeconfig of the caller's own ServiceAccount in the workspace (workspace_id: any "
+            "they are a member of; default: the one they own)", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
             params=[_query("workspace_id"), _query("format")])},
         "/api/v1/workspaces/credentials/token": {"get": _op(
             "Issue the kubeconfig's 2-hour token as JSON (kubectl's exec plugin)", 200, errors=(403, 404, 409, 503),
             params=[_query("workspace_id")])},
+        "/api/v1/workspaces/{id}/members": {
+            "get": _op("The workspace's members (with pending invitations, status invited) and group bindings "
+                       "(any member; others 404)", 200, errors=(403, 404, 503), params=[_path_id()]),
+            "post": _op("Invite an email (the same answer whether or not it has an account: accepted when an "
+                        "account of that provider-verified email signs in) or bind a provider's group "
+                        "(workspace admins)", 201, body="MemberRequest", errors=(400, 403, 404, 409, 415, 503),
+                        params=[_path_id()])},
+        "/api/v1/workspaces/{id}/members/{user_id}": {
+            "patch": _op("Change a member's role: the old binding goes before the new one is made (workspace "
+                         "admins; the owner and the last admin stay admins: 409)", 200, body="RoleRequest",
+                         errors=(400, 403, 404, 409, 415, 503), params=[_path_id(), _path_id("user_id")]),
+            "delete": _op("Remove a member, or leave: their ServiceAccount is deleted, so every token of it "
+                          "stops authenticating, and their streams end (workspace admins; any member for "
+                          "themselves; the owner and the last admin stay: 409)", 204,
+                          errors=(403, 404, 409, 503), params=[_path_id(), _path_id("user_id")])},
+        "/api/v1/workspaces/{id}/invitations/{email}": {"delete": _op(
+            "Cancel an invitation (workspace admins)", 204, errors=(400, 403, 404, 503),
+            params=[_path_id(), {"name": "email", "in": "path", "required": True, "schema": {"type": "string"}}])},
+        "/api/v1/workspaces/{id}/groups/{provider}/{group}": {"delete": _op(
+            "Unbind a provider's group, and remove the members it made (workspace admins)", 204,
+            errors=(400, 403, 404, 503), params=[_path_id(), *(
+                {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+                for name in ("provider", "group"))])},
+        "/api/v1/roles": {"get": _op("The member roles, their ClusterRoles and what each may do, in words", 200,
+                                     errors=(403,))},
         "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 409, 503),
                                                         params=[_path_id()])},
         "/api/v1/workspaces/{id}/resume": {"post": _op(
             "Resume a workspace (admin); waits ~15 s for the API server's token cache", 200,
             errors=(403, 404, 409, 503), params=[_path_id()])},
-        "/api/v1/users/{id}/suspend": {"post": _op("Suspend a user: every session ends at once (admin)", 200,
+        "/api/v1/users/{id}/suspend": {"post": _op(
+            "Suspend a user: every session ends at once, and their ServiceAccount in every workspace they "
+            "belong to is deleted (admin)", 200,
                                                    errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/users/{id}/resume": {"post": _op("Let a suspended user log in again (admin)", 200,
                                                   errors=(403, 404, 503), params=[_path_id()])},
@@ -151,6 +182,16 @@ DOCUMENT: dict[str, Any] = {
                 "client_name": {"type": "string", "maxLength": 100,
                                 "description": "how the client names itself, shown to the approver as its own claim "
                                                "(printable characters only)"}}},
+            "MemberRequest": {"oneOf": [
+                {"type": "object", "required": ["email", "role"], "properties": {
+                    "email": {"type": "string", "format": "email", "maxLength": 254},
+                    "role": {"enum": ["admin", "edit", "view"]},
+                    "provider": {"type": "string", "description": "only a sign-in through this provider accepts"}}},
+                {"type": "object", "required": ["group", "provider", "role"], "properties": {
+                    "group": {"type": "string", "minLength": 1, "maxLength": 255},
+                    "provider": {"type": "string"}, "role": {"enum": ["admin", "edit", "view"]}}}]},
+            "RoleRequest": {"type": "object", "required": ["role"],
+                            "properties": {"role": {"enum": ["admin", "edit", "view"]}}},
             "DeviceApproval": {"type": "object", "required": ["user_code"],
                                "properties": {"user_code": {"type": "string"}}},
             "DeviceToken": {"type": "object", "required": ["device_code"],
