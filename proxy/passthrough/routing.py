@@ -20,8 +20,8 @@ Allowed: the tenant's own namespace (namespaced resources, core or grouped,
 watch forms included), reading its own Namespace object, discovery (`/api`,
 `/api/v1`, `/apis`, group and version documents), `/version`, `/openapi/v2`,
 `/openapi/v3/...`, and the self-review endpoints. `GET /api/v1/namespaces` is
-answered by the gateway with the tenant's namespace only. Everything else is
-refused.
+answered by the gateway with the tenant's namespace only, and its watch is
+the watch of the tenant's namespace alone. Everything else is refused.
 """
 
 from __future__ import annotations
@@ -148,6 +148,32 @@ def _is_self_review(parts: list[str]) -> bool:
             and (parts[1], parts[3]) in _SELF_REVIEWS)
 
 
+_NAMESPACE_WATCH_PARAMETERS = frozenset({"resourceVersion", "resourceVersionMatch", "timeoutSeconds",
+                                         "allowWatchBookmarks", "sendInitialEvents", "labelSelector"})
+
+
+def _own_namespace_watch(raw_query: str, namespace: str) -> Decision:
+    """A watch of every namespace (kopf, k9s and dashboards watch them),
+    served as the watch of the tenant's own: the API server's watch of one
+    Namespace by name (`/api/v1/watch/namespaces/{name}`), which a
+    RoleBinding in that namespace authorises, as the listing is answered
+    with the tenant's namespace alone. The client's watch parameters go
+    with it, as sent; a field selector may only name that namespace (and is
+    then what the path says already)."""
+    kept = []
+    for pair in raw_query.split("&"):
+        parsed = parse_qsl(pair, keep_blank_values=True)
+        if not parsed:
+            continue
+        key, value = parsed[0]
+        if key == "fieldSelector":
+            if value != f"metadata.name={namespace}":
+                return _deny("GET", "tenants may only watch their own namespace")
+        elif key in _NAMESPACE_WATCH_PARAMETERS:
+            kept.append(pair)
+    return Decision("forward", f"/api/v1/watch/namespaces/{namespace}", "&".join(kept), long_running=True)
+
+
 def _deny(method: str, reason: str) -> Decision:
     return Decision("deny", is_write=method in _WRITES, reason=reason)
 
@@ -206,6 +232,8 @@ def classify(method: str, raw_path: str, raw_query: str, namespace: str) -> Deci
     if len(tail) == 1:
         if core and method == "GET" and not watch_path and not _query_flag(query, "watch"):
             return Decision("own_namespace_list", upstream)
+        if core and method == "GET" and namespace:
+            return _own_namespace_watch(raw_query, namespace)
         return _deny(method, "tenants may only read their own namespace")
     if not namespace or tail[1] != namespace:
         return _deny(method, "that namespace belongs to someone else")
