@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from devstack.cluster import LocalCluster
-from tests.support.gatewayclient import Session, tenant
+from tests.support.gatewayclient import Session, error_of, tenant
 from tests.support.keycloak_admin import out_of_group
 from tests.support.kubeclients import kubectl
 from tests.support.team_signin import (bearer_session, browser_session, kubeconfig_file, refused_within,
@@ -47,8 +47,14 @@ async def test_a_group_of_one_organisation_grants_its_role_and_unbinding_it_ends
     assert {k: v for k, v in (await bound.json()).items() if k in ("group", "provider", "role")} == {
         "group": "developers", "provider": "org-a", "role": "edit"}
 
+    unknown = await owner.call("POST", members, json={"group": "developers", "provider": "org-c", "role": "edit"})
+    assert await error_of(unknown) == (400, "unknown_provider")
+
     bob = await bearer_session(gateway, keycloak, "org-a", "bob")
     assert (await roles_of(bob)).get(workspace["id"]) == "edit"
+    # Through the proxy, his ID token is his own account too.
+    proxied = f"/k8s/{workspace['id']}/api/v1/namespaces/{ns}/configmaps"
+    assert (await bob.call("GET", proxied)).status == 200
     roster = await (await bob.call("GET", members)).json()
     listed = {m["email"]: m for m in roster["members"]}
     assert listed["bob@org-a.example"]["role"] == "edit" and listed["bob@org-a.example"]["via"] == "group"
@@ -81,8 +87,14 @@ async def test_a_group_of_one_organisation_grants_its_role_and_unbinding_it_ends
     assert gone.status == 204, await gone.text()
     assert await refused_within(cluster, config, ns, 5 - (time.monotonic() - unbinding)) < 5
     assert workspace["id"] not in await roles_of(bob)
+    async with asyncio.timeout(5):  # the replica hears member_changed, and forgets the cached membership
+        while (answer := await bob.call("GET", proxied)).status == 200:
+            await asyncio.sleep(0.1)
+    assert answer.status == 404
     roster = await (await owner.call("GET", members)).json()
     assert [m["email"] for m in roster["members"]] == [owner.email] and roster["groups"] == []
+    again = await owner.call("DELETE", f"/api/v1/workspaces/{workspace['id']}/groups/org-a/developers")
+    assert await error_of(again) == (404, "not_found")
     # Signing in again grants nothing: the binding is gone.
     assert workspace["id"] not in await roles_of(await bearer_session(gateway, keycloak, "org-a", "bob"))
 
