@@ -105,6 +105,25 @@ async def _seated(stack: Stack, url: str, member: Member) -> None:
     raise RuntimeError(f"the member's GET answered {status}: {text[:500]}")
 
 
+async def _account(stack: Stack, tenant: Tenant, member: Member) -> str:
+    """The member's own ServiceAccount, made by their first GET: the one
+    their membership row names, with the UID the row recorded (so their
+    GETs are not the owner's account under another session)."""
+    connection = await asyncpg.connect(stack.database_url)
+    try:
+        row = await member_rows.membership(connection, uuid.UUID(tenant.workspace_id), uuid.UUID(member.user_id))
+    finally:
+        await connection.close()
+    assert stack.cluster is not None
+    if row is None or row.service_account == roles.member_account(None, owner=True) or not row.service_account_uid:
+        raise RuntimeError(f"the member's account was not made: {row}")
+    uid = (await asyncio.to_thread(stack.cluster.kubectl_run, "-n", tenant.namespace, "get", "serviceaccount",
+                                   row.service_account, "-o", "jsonpath={.metadata.uid}")).stdout.strip()
+    if uid != row.service_account_uid:
+        raise RuntimeError(f"{row.service_account}: UID {uid!r} in the cluster, {row.service_account_uid!r} recorded")
+    return row.service_account
+
+
 def _callgrind(stack: Stack, tenant: Tenant, member: Member, requests: int) -> dict[str, Any]:
     name = "member-callgrind"
     dumps = stack.root / f"callgrind-{name}"
@@ -130,6 +149,7 @@ async def member_get(stack: Stack, tenant: Tenant, *, pairs: int = PAIRS, block_
     member = await new_member(stack, tenant)
     url = stack.gateway_url + _path(tenant)
     await _seated(stack, url, member)
+    account = await _account(stack, tenant, member)
     assert stack.gateway is not None
     paired = await asyncio.to_thread(run_load, {
         "url": url, "ca_file": str(stack.ca_file), "pid": stack.gateway.pid,
@@ -145,7 +165,7 @@ async def member_get(stack: Stack, tenant: Tenant, *, pairs: int = PAIRS, block_
            "owner_p50_ms": owner["p50_ms"], "member_p50_ms": guest["p50_ms"],
            "p50_member_vs_owner": paired_ratio(owner["p50_ms_blocks"], guest["p50_ms_blocks"])}
     instructions = await asyncio.to_thread(_callgrind, stack, tenant, member, instruction_requests)
-    return {"role": ROLE, "instructions": instructions, "cpu": cpu}
+    return {"role": ROLE, "account": account, "instructions": instructions, "cpu": cpu}
 
 
 def member_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -155,8 +175,8 @@ def member_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 def print_member(r: dict[str, Any]) -> None:
     i, c = r["instructions"], r["cpu"]
-    print(f"\nmember GET ({r['role']})    instructions/GET (callgrind, {i['requests_per_block']} per block, "
-          f"{' '.join(i['order'])})")
+    print(f"\nmember GET            {r['role']} member, account {r.get('account', '-')}")
+    print(f"  instructions/GET (callgrind, {i['requests_per_block']} GETs per block, {' '.join(i['order'])})")
     for name in ("owner", "member"):
         blocks = ", ".join(f"{b:,.0f}" for b in i["per_get_blocks"][name])
         print(f"  {name:<18} {i[f'{name}_per_get']:>10,.0f}   blocks: {blocks}")
