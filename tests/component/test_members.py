@@ -254,6 +254,9 @@ async def test_listings_name_every_workspace_of_the_caller_with_their_role(make_
         roles = {w["id"]: w["role"] for w in found}
         assert len(roles) == 3 and roles[str(workspace_id)] == "edit" and roles[str(other_id)] == "view"
         assert sorted(roles.values()) == ["admin", "edit", "view"]
+        # Each is the workspace's own answer: its owner is its owner, not the caller.
+        assert {w["id"]: w["user_id"] for w in found}[str(workspace_id)] == owner.user_id
+        assert {w["id"]: w["user_id"] for w in found}[str(other_id)] == other_owner.user_id
     owners = await (await owner.call("GET", "/api/v1/workspaces")).json()
     assert [(w["id"], w["role"]) for w in owners] == [(str(workspace_id), "admin")]
     shown = await (await member.call("GET", f"/api/v1/workspaces/{workspace_id}")).json()
@@ -294,4 +297,27 @@ async def test_a_members_credential_is_their_own_account_bound_to_their_role(mak
     assert await error_of(refused) == (404, "not_found")
 
     # The owner's credential is still the workspace's own account.
+    assert yaml.safe_load(await owner.kubeconfig())["users"][0]["name"] == "sa-tenant-admin"
+
+
+async def test_suspending_a_member_deletes_their_account_and_only_theirs(make_gateway: Any, database_url: str) -> None:
+    """Their downloaded kubeconfigs stop authenticating; the workspace's own
+    account (the owner's) is untouched; resumed, they are given a new one
+    at their next credential."""
+    kube = FakeCluster()
+    gateway = await make_gateway(kube=kube)
+    owner, workspace_id = await team_workspace(gateway)
+    member = await join(gateway, workspace_id, "edit", owner.user_id)
+    namespace, account = f"tenant-{owner.user_id}", f"member-{member.user_id}"
+    await member.kubeconfig(str(workspace_id))
+    assert kube.names(namespace, "serviceaccounts") == {account}
+    root = await admin_session(gateway, database_url)
+    suspended = await root.call("POST", f"/api/v1/users/{member.user_id}/suspend")
+    assert suspended.status == 200, await suspended.text()
+    assert kube.objects == {}
+    db = gateway.server.app[keys.DATABASE]
+    workspace = await repo.get_workspace(db, workspace_id)
+    assert workspace is not None and workspace.service_account_uid == "uid-1"  # the owner's account stays
+    (row,) = [r for r in await audited(gateway, workspace_id, "SuspendUser")]
+    assert row["details"]["service_account"] == account and row["details"]["target_user"] == member.user_id
     assert yaml.safe_load(await owner.kubeconfig())["users"][0]["name"] == "sa-tenant-admin"
