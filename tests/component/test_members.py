@@ -9,6 +9,7 @@ the row an accepted invitation makes), since accepting needs single sign-on.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -17,8 +18,12 @@ import yaml
 from devstack.processes import free_port
 from provisioning.db import repositories as repo
 from proxy import keys
+from tests.fakes.apiserver import FakeAPIServer
 from tests.fakes.kube import FakeCluster
-from tests.support.gatewayclient import Session, admin_session, error_of, register_and_login, unique_email
+from tests.support.express import recording_api_server
+from tests.support.gatewayclient import (Session, admin_session, error_of, k8s_error, register_and_login,
+                                         unique_email)
+from tests.support.lanes import BOTH_LANES
 from tests.support.members import join, team_workspace
 
 PROVIDERS = [{"name": name, "issuer": f"https://127.0.0.1:{free_port()}/realms/{name}", "client_id": "gateway",
@@ -321,3 +326,57 @@ async def test_suspending_a_member_deletes_their_account_and_only_theirs(make_ga
     (row,) = [r for r in await audited(gateway, workspace_id, "SuspendUser")]
     assert row["details"]["service_account"] == account and row["details"]["target_user"] == member.user_id
     assert yaml.safe_load(await owner.kubeconfig())["users"][0]["name"] == "sa-tenant-admin"
+
+
+@BOTH_LANES
+async def test_through_the_proxy_a_member_is_their_own_account_until_removed(
+        make_gateway: Any, fake_api_server: FakeAPIServer, express_lane: bool) -> None:
+    """The proxy's token is the member's own account's, made at their first
+    request; the owner's stays the workspace's. Removed, the member is told
+    what a stranger is, on both paths, once the change reaches the gateway."""
+    seen, (_server, upstream) = await recording_api_server(fake_api_server)
+    kube = FakeCluster()
+    gateway = await make_gateway(kube=kube, upstream=upstream)
+    owner, workspace_id = await team_workspace(gateway)
+    member = await join(gateway, workspace_id, "view", owner.user_id)
+    path = f"/k8s/{workspace_id}/api/v1/namespaces/tenant-{owner.user_id}/configmaps"
+    account = f"member-{member.user_id}"
+    for _ in range(2):  # cold, then warm
+        for someone in (member, owner):
+            answer = await gateway.get(path, headers=someone.bearer)
+            assert answer.status == 200, await answer.text()
+    tokens = dict(zip(kube.issued, kube.token_accounts))
+    assert [tokens[request["Authorization"].removeprefix("Bearer ")] for request in seen] == [
+        account, "sa-tenant-admin", account, "sa-tenant-admin"]
+    assert kube.names(f"tenant-{owner.user_id}", "rolebindings") == {account}
+
+    removed = await owner.call("DELETE", f"{members_path(workspace_id)}/{member.user_id}")
+    assert removed.status == 204
+    seen.clear()
+    async with asyncio.timeout(10):  # the member_changed event reaches this gateway's caches
+        while True:
+            answer = await gateway.get(path, headers=member.bearer)
+            if answer.status != 200:
+                break
+            await asyncio.sleep(0.05)
+    assert await k8s_error(answer) == (404, "not_found")
+    # (Until the event arrives, a warm request may still carry the old token:
+    # its account is deleted, so the API server refuses it. The cluster ring checks that.)
+
+
+async def test_an_invitation_can_be_withdrawn_and_the_roles_are_described(make_gateway: Any) -> None:
+    gateway = await make_gateway(kube=FakeCluster())
+    owner, workspace_id = await team_workspace(gateway)
+    email = unique_email()
+    assert (await owner.call("POST", members_path(workspace_id), json={"email": email, "role": "view"})).status == 201
+    withdrawn = await owner.call("DELETE", f"/api/v1/workspaces/{workspace_id}/invitations/{email}")
+    assert withdrawn.status == 204, await withdrawn.text()
+    assert email not in roles_of(await roster(owner, workspace_id))
+    again = await owner.call("DELETE", f"/api/v1/workspaces/{workspace_id}/invitations/{email}")
+    assert await error_of(again) == (404, "not_found")
+    (row,) = await audited(gateway, workspace_id, "RemoveMember")
+    assert row["details"] == {"email": email, "status": "invited"}
+    described = await (await owner.call("GET", "/api/v1/roles")).json()
+    assert [(d["role"], d["cluster_role"]) for d in described] == [
+        ("admin", "tenant-admin"), ("edit", "tenant-edit"), ("view", "tenant-view")]
+    assert all(d["description"] for d in described)
