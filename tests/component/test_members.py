@@ -124,8 +124,8 @@ async def test_a_bad_addition_is_400_and_adds_nothing(make_gateway: Any) -> None
         ({"group": "devs", "provider": "org-a", "role": "superuser"}, "unknown_role"),
     ):
         assert await error_of(await owner.call("POST", path, json=body)) == (400, code), body
-    body = await roster(owner, workspace_id)
-    assert len(body["members"]) == 1 and body["groups"] == []
+    listed = await roster(owner, workspace_id)
+    assert len(listed["members"]) == 1 and listed["groups"] == []
     assert await audited(gateway, workspace_id, "AddMember") == []
 
 

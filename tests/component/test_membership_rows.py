@@ -24,7 +24,7 @@ from provisioning.db import members as member_rows
 from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.models import AuditEvent, User, Workspace
+from provisioning.models import AuditEvent, Role, User, Workspace
 from provisioning.roles import ClusterRoles
 from tests.fakes.kube import FakeCluster
 from tests.support.databases import new_database
@@ -118,8 +118,9 @@ async def test_a_sign_in_accepts_the_invitations_of_its_email(db: Database) -> N
 async def test_a_providers_group_grants_its_role_and_the_same_name_elsewhere_grants_nothing(db: Database) -> None:
     kube = FakeCluster()
     first, second = await new_workspace(db), await new_workspace(db)
-    for workspace, provider, group, role in ((first, "org-a", "devs", "edit"), (first, "org-a", "leads", "admin"),
-                                             (second, "org-b", "devs", "admin")):
+    granted: list[tuple[Workspace, str, str, Role]] = [
+        (first, "org-a", "devs", "edit"), (first, "org-a", "leads", "admin"), (second, "org-b", "devs", "admin")]
+    for workspace, provider, group, role in granted:
         async with db.transaction() as connection:
             await member_rows.bind_group(connection, workspace.id, provider, group, role, workspace.user_id,
                                          AuditEvent("AddMember", workspace.user_id, workspace.id, None, {}))

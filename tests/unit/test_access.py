@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from provisioning import access
+from provisioning import access, roles
 from provisioning.errors import Conflict, Forbidden, GatewayError, NotFound
 from provisioning.models import Member, Role, User, Workspace
 
@@ -53,10 +53,10 @@ def test_a_former_member_is_told_what_a_stranger_is(decide: object) -> None:
     ("provisioning", Conflict, "workspace_not_ready"),
 ])
 def test_a_workspace_is_usable_only_while_provisioned(status: str, refusal: type[GatewayError], code: str) -> None:
-    for role in ("admin", "edit", "view"):
+    for role in roles.ROLES:
         found = workspace(status)
         for user, member in ((OWNER, member_of(found, OWNER, "admin")), (ADMIN, None),
-                             (COLLEAGUE, member_of(found, COLLEAGUE, role))):  # type: ignore[arg-type]
+                             (COLLEAGUE, member_of(found, COLLEAGUE, role))):
             assert access.visible(user, found, member).status == status  # still visible, to show its state
             with pytest.raises(refusal) as refused:
                 access.usable(user, found, member)
