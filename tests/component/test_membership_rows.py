@@ -24,6 +24,7 @@ from provisioning.db import members as member_rows
 from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
+from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, Role, User, Workspace
 from provisioning.roles import ClusterRoles
 from tests.fakes.kube import FakeCluster
@@ -158,3 +159,28 @@ async def test_a_role_set_by_an_admin_is_theirs_not_the_groups(db: Database) -> 
     assert member is not None and member.role == "edit"
 
 
+
+
+async def test_the_last_admin_is_neither_demoted_nor_removed(db: Database) -> None:
+    """Through the routes the owner is always an admin member (409
+    `owner_stays_admin` first), so the last-admin guard is reached only by a
+    workspace whose owner row is gone: made so here, as test setup."""
+    kube = FakeCluster()
+    workspace = await new_workspace(db)
+    owner = await repo.get_user(db, workspace.user_id)
+    admin = await new_user(db)
+    assert owner is not None
+    async with db.transaction() as connection:
+        await member_rows.add_member(connection, workspace.id, admin.id, "admin", f"member-{admin.id}", owner.id,
+                                     AuditEvent("AddMember", owner.id, workspace.id, None, {}))
+        await connection.execute("DELETE FROM workspace_members WHERE workspace_id = $1 AND user_id = $2",
+                                 workspace.id, owner.id)
+    with pytest.raises(Conflict) as demoted:
+        await members.change_role(db, kube, ClusterRoles(), workspace, owner, admin.id, "edit", None)
+    with pytest.raises(Conflict) as removed:
+        await members.remove(db, kube, workspace, owner, admin.id, None)
+    assert demoted.value.code == removed.value.code == "last_admin"
+    member = await member_rows.membership(db, workspace.id, admin.id)
+    assert member is not None and member.role == "admin"
+    assert await repo.query_audit(db, workspace_id=workspace.id, action="ChangeRole") == []
+    assert await repo.query_audit(db, workspace_id=workspace.id, action="RemoveMember") == []
