@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, Dialog, expect
 
 from devstack.cluster import LocalCluster
 from provisioning import roles
@@ -120,7 +120,12 @@ async def test_an_admin_manages_members_and_a_member_reads_them(
         await rows.filter(has_text=invited).get_by_role("button", name="Cancel invitation").click()
         await expect(rows.filter(has_text=invited)).to_have_count(0)
         questions: list[str] = []
-        owner_page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept())[1])
+
+        async def confirm(dialog: Dialog) -> None:
+            questions.append(dialog.message)
+            await dialog.accept()
+
+        owner_page.once("dialog", confirm)
         await rows.filter(has_text=member.email).get_by_role("button", name="Remove").click()
         await expect(owner_page.get_by_role("alert")).to_have_text(f"{member.email} is no longer a member.")
         await expect(rows.filter(has_text=member.email)).to_have_count(0)
