@@ -144,3 +144,26 @@ async def test_an_admin_manages_members_and_a_member_reads_them(
         assert not watched.csp_violations()
     finally:
         await db.close()
+
+
+async def test_member_paths_and_who_manages(cluster: LocalCluster, gateway: Any, browser: Browser,
+                                            watched: Watched) -> None:
+    # The pure rules of the members view, in the browser that runs it: a group named like a path
+    # and an email with a plus reach the gateway as one path segment each
+    page = await new_page(browser, watched)
+    await page.goto(str(gateway.make_url("/")))
+    found = await page.evaluate("""async () => {
+        const { memberPath, mayManage, roleSentence } = await import("/console/members.js");
+        return [
+            memberPath("w"), memberPath("w", { userId: "u" }), memberPath("w", { email: "a+b@x.test" }),
+            memberPath("w", { provider: "corp", group: "/devs/team a" }),
+            mayManage({ role: "admin" }, { is_admin: false }), mayManage({ role: "edit" }, { is_admin: false }),
+            mayManage({ role: "view" }, { is_admin: true }),
+            roleSentence("view", [{ role: "view", description: "Reads." }]), roleSentence("odd", []),
+        ];
+    }""")
+    assert found == [
+        "/api/v1/workspaces/w/members", "/api/v1/workspaces/w/members/u",
+        "/api/v1/workspaces/w/invitations/a%2Bb%40x.test", "/api/v1/workspaces/w/groups/corp/%2Fdevs%2Fteam%20a",
+        True, False, True, "view: Reads.", "odd",
+    ]
