@@ -1,0 +1,129 @@
+"""The tools tenants run, as tests/integration/test_team_tools.py runs them:
+Helm 3 (built once per machine by deploy/local-cluster/build-helm.sh), a kopf
+operator (tests/support/operator_sample.py) run as a child process, and the
+members of a team workspace holding their kubeconfigs.
+
+Members other than the owner join through SSO only (an invitation accepted
+when a provider-verified email signs in). Here they are added as test setup,
+as the other team-workspace tests do: a membership row inserted with
+provisioning.db.members.add_member for a password account registered through
+the gateway. Everything after that goes through the real gateway API, the
+tools and the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import asyncpg
+
+from provisioning import roles
+from provisioning.db import members as member_rows
+from provisioning.models import AuditEvent, Role
+from tests.support.gatewayclient import Session, register_and_login
+from tests.support.kubeclients import kubeconfig_for_proxy
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HELM_BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build-helm.sh"
+SAMPLE_CHART = REPO_ROOT / "tests" / "data" / "sample-chart"
+OPERATOR = Path(__file__).with_name("operator_sample.py")
+
+
+def helm_binary() -> Path:
+    """The helm client, built from the Go module proxy on first use (cached)."""
+    built = subprocess.run(["bash", str(HELM_BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class Member:
+    """A person in a team workspace with both of their ways in: the
+    kubeconfig they downloaded (straight to the API server) and one whose
+    server is the gateway's `/k8s/{workspace_id}` with their session token."""
+
+    session: Session
+    role: Role
+    namespace: str
+    downloaded: Path
+    proxied: Path
+
+    def kubeconfig(self, path: str) -> Path:
+        return {"direct": self.downloaded, "proxy": self.proxied}[path]
+
+
+async def add_member(database_url: str, workspace_id: str, owner_id: str, user_id: str, role: Role) -> None:
+    """Test setup standing in for an accepted invitation (see the module's docstring)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        async with connection.transaction():
+            added = await member_rows.add_member(
+                connection, uuid.UUID(workspace_id), uuid.UUID(user_id), role,
+                roles.member_account(user_id, owner=False), uuid.UUID(owner_id),
+                AuditEvent("AddMember", uuid.UUID(owner_id), uuid.UUID(workspace_id), None,
+                           {"member": user_id, "role": role, "via": "test setup"}))
+            assert added is not None
+    finally:
+        await connection.close()
+
+
+async def member(gateway: Any, tmp_path: Path, workspace: dict[str, Any], role: Role, *,
+                 session: Session | None = None, owner: Session | None = None,
+                 database_url: str = "") -> Member:
+    """`session` (the owner, an admin) or a new user made a `role` member of
+    `workspace` by `owner`, with both kubeconfigs."""
+    if session is None:
+        assert owner is not None
+        session = await register_and_login(gateway)
+        await add_member(database_url, workspace["id"], owner.user_id, session.user_id, role)
+    downloaded = tmp_path / f"{role}-{session.user_id[:8]}.kubeconfig"
+    downloaded.write_text(await session.kubeconfig(workspace["id"]))
+    proxied = kubeconfig_for_proxy(tmp_path, str(gateway.make_url(f"/k8s/{workspace['id']}")), session.token,
+                                   workspace["namespace"], gateway.ca_file)
+    return Member(session, role, workspace["namespace"], downloaded, proxied)
+
+
+@dataclass
+class Operator:
+    process: asyncio.subprocess.Process
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.asynccontextmanager
+async def kopf_operator(kubeconfig: Path, namespace: str, role: str, log: Path) -> AsyncIterator[Operator]:
+    """tests/support/operator_sample.py run as a tenant runs an operator:
+    `python -m kopf run --standalone --namespace NS` with KUBECONFIG set
+    (an asyncio child: the gateway under test serves on this loop), as the
+    member whose role is `role` (TOOLS_TEST_ROLE). Yielded once kopf has
+    started watching the namespace's ConfigMaps; stopped with SIGINT."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1", "TOOLS_TEST_ROLE": role}
+    with log.open("wb") as sink:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", namespace, "--verbose",
+            str(OPERATOR), env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=str(log.parent))
+    operator = Operator(process, log)
+    try:
+        async with asyncio.timeout(60):
+            while "Starting the watch-stream for configmaps.v1" not in operator.output():
+                assert process.returncode is None, operator.output()
+                await asyncio.sleep(0.2)
+        yield operator
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
