@@ -55,17 +55,20 @@ def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.
 
 # kopf ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("path", PATHS)
-async def test_a_kopf_operator_of_each_role(gateway: Any, database_url: str, tmp_path: Path, path: str) -> None:
-    """Each member runs the sample operator (namespaced, standalone) at once;
-    the admin's and the editor's record their Events, the viewer's watches
-    the same ConfigMaps but its Events are refused (403)."""
+@pytest.mark.parametrize(("path", "scanning"), [("direct", False), ("direct", True), ("proxy", True)],
+                         ids=["direct-namespaced", "direct-scanning", "proxy-scanning"])
+async def test_a_kopf_operator_of_each_role(gateway: Any, database_url: str, tmp_path: Path, path: str,
+                                            scanning: bool) -> None:
+    """Each member runs the sample operator (`--standalone --namespace`) at
+    once; the admin's and the editor's record their Events, the viewer's
+    watches the same ConfigMaps but its Events are refused (403)."""
     team = await crew(gateway, database_url, tmp_path)
     ns = team["admin"].namespace
     owner = client.CoreV1Api(kubeclients.from_kubeconfig(team["admin"].downloaded))
     async with contextlib.AsyncExitStack() as stack:
         operators = {role: await stack.enter_async_context(
-                         kopf_operator(someone.kubeconfig(path), ns, role, tmp_path / f"kopf-{role}.log"))
+                         kopf_operator(someone.kubeconfig(path), ns, role, tmp_path / f"kopf-{role}.log",
+                                       scanning=scanning))
                      for role, someone in team.items()}
         for made in (configmap("watched", **{"tools-test/watch": "yes"}),
                      configmap("handled-admin", **{"tools-test/handled": "admin"}),
@@ -98,12 +101,16 @@ async def test_a_kopf_operator_of_each_role(gateway: Any, database_url: str, tmp
         assert not [e for e in await asyncio.to_thread(events_of, owner, ns, "watched")
                     if e.reporting_instance == "view"]
 
-    # What kopf asked of the cluster beyond its namespace: the Namespaces
-    # (listed, then watched) and the CRDs (watched, for its resource discovery).
+    # What kopf asked of the cluster beyond its namespace: with scanning on,
+    # the Namespaces (listed, then watched) and the CRDs (watched, for its
+    # resource discovery); with it off, nothing.
     for role, operator in operators.items():
         log = operator.output()
-        crds = "Not enough permissions to watch for resources" in log
-        assert crds, (role, log)  # cluster-scoped on both paths: refused, and kopf carries on
+        if not scanning:
+            assert "cluster-wide" not in log and "Not enough permissions" not in log, (role, log)
+            continue
+        # CRDs are cluster-scoped on both paths: refused (403), and kopf carries on.
+        assert "Not enough permissions to watch for resources" in log, (role, log)
         namespaces_refused = "Not enough permissions to watch for namespaces" in log
         listing_refused = "Not enough permissions to list namespaces" in log
         if path == "proxy":  # served as the tenant's own namespace, listed and watched

@@ -14,7 +14,12 @@ ConfigMap), recorded with reason `Handled`.
 
 Several may run at once, one per member: `TOOLS_TEST_ROLE` names the one
 running it (its Events' `reportingInstance`; it handles only ConfigMaps
-labelled `tools-test/handled` with that value).
+labelled `tools-test/handled` with that value). `TOOLS_TEST_SCANNING=off`
+turns off kopf's cluster scanning (its list and watch of Namespaces and of
+CustomResourceDefinitions): kopf's own setting for an operator whose
+permissions end at its namespace. Either way a refused request (a listing,
+an Event) is retried twice, quickly: kopf's default backoffs add up to 54 s
+before it carries on without what was refused.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ ROLE = os.environ.get("TOOLS_TEST_ROLE", "dev")
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = 20  # logging.INFO: kopf.info's Events are posted
     settings.posting.reporting_instance = ROLE
+    settings.networking.error_backoffs = [0.2, 0.5]
+    settings.posting.default_backoffs = [0.2, 0.5]
+    settings.scanning.disabled = os.environ.get("TOOLS_TEST_SCANNING") == "off"
 
 
 @kopf.on.event("configmaps", labels={"tools-test/watch": "yes"})

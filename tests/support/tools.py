@@ -101,13 +101,16 @@ class Operator:
 
 
 @contextlib.asynccontextmanager
-async def kopf_operator(kubeconfig: Path, namespace: str, role: str, log: Path) -> AsyncIterator[Operator]:
+async def kopf_operator(kubeconfig: Path, namespace: str, role: str, log: Path, *,
+                        scanning: bool = True) -> AsyncIterator[Operator]:
     """tests/support/operator_sample.py run as a tenant runs an operator:
     `python -m kopf run --standalone --namespace NS` with KUBECONFIG set
     (an asyncio child: the gateway under test serves on this loop), as the
     member whose role is `role` (TOOLS_TEST_ROLE). Yielded once kopf has
-    started watching the namespace's ConfigMaps; stopped with SIGINT."""
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1", "TOOLS_TEST_ROLE": role}
+    started watching the namespace's ConfigMaps; stopped with SIGINT.
+    `scanning`: kopf's cluster scanning (see operator_sample.py) is on."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1", "TOOLS_TEST_ROLE": role,
+           "TOOLS_TEST_SCANNING": "on" if scanning else "off"}
     with log.open("wb") as sink:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", namespace, "--verbose",
