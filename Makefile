@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries keycloak-dist clean
+.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries helm-binary keycloak-dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 # (~10-15 min on 2 cores); later runs find it in ~/.cache/tenant-gateway.
 cluster-binaries:
 	bash deploy/local-cluster/build.sh >/dev/null
+
+# Helm 3 for tests/integration/test_team_tools.py, built the same way and
+# cached beside them. On a fresh machine `make test` builds it in the
+# background while the pure and component rings run (no cluster needed
+# there), so it adds nothing to the run unless those finish first.
+helm-binary:
+	bash deploy/local-cluster/build-helm.sh >/dev/null
 
 # The browser tests (tests/browser) drive Debian's Chromium headless:
 # Playwright cannot download its own browsers here. Installed only when missing.
@@ -42,7 +49,13 @@ lint: $(STAMP)
 # an inner ring stops the run before the slow ones start, and explains any
 # failure they would have shown. The cluster ring starts the control plane,
 # node, PostgreSQL, Keycloak and Chromium once and shares them (browser tests last).
-test: test-pure test-component test-cluster
+# helm (for the cluster ring) builds meanwhile on a fresh machine: see helm-binary.
+test: $(STAMP)
+	@mkdir -p .gateway
+	@bash deploy/local-cluster/build-helm.sh >/dev/null 2>.gateway/helm-build.log & helm=$$!; \
+	  $(MAKE) --no-print-directory test-pure test-component || exit 1; \
+	  wait $$helm || { cat .gateway/helm-build.log >&2; exit 1; }; \
+	  $(MAKE) --no-print-directory test-cluster
 
 test-pure: lint
 	$(BIN)/pytest -p no:cacheprovider tests/unit
@@ -50,7 +63,7 @@ test-pure: lint
 test-component: $(STAMP)
 	$(BIN)/pytest -p no:cacheprovider tests/component
 
-test-cluster: $(STAMP) cluster-binaries keycloak-dist $(CHROMIUM)
+test-cluster: $(STAMP) cluster-binaries helm-binary keycloak-dist $(CHROMIUM)
 	$(BIN)/pytest -p no:cacheprovider tests/integration tests/attacks tests/browser
 
 bench: $(STAMP) cluster-binaries keycloak-dist

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import hashlib
 import os
 import subprocess
 import time
@@ -157,12 +158,14 @@ async def test_helm_install_list_upgrade_uninstall(gateway: Any, database_url: s
         listed = await as_(role, "list", "--namespace", ns, "--short")
         assert release in listed.stdout.split(), listed.stderr
         upgraded = await as_(role, "upgrade", release, str(SAMPLE_CHART), "--namespace", ns,
-                             "--set", "greeting=upgraded", "--set", "replicas=1")
+                             "--set", "greeting=upgraded")
         assert upgraded.returncode == 0, upgraded.stderr
         settings = await asyncio.to_thread(owner.read_namespaced_config_map, f"{release}-settings", ns)
         assert settings.data == {"greeting": "upgraded"}
         apps = client.AppsV1Api(kubeclients.from_kubeconfig(team["admin"].downloaded))
-        assert (await asyncio.to_thread(apps.read_namespaced_deployment, f"{release}-app", ns)).spec.replicas == 1
+        deployment = await asyncio.to_thread(apps.read_namespaced_deployment, f"{release}-app", ns)
+        assert deployment.spec.template.metadata.annotations["checksum/settings"] == hashlib.sha256(
+            b"upgraded").hexdigest()
         history = await as_(role, "history", release, "--namespace", ns, "-o", "json")
         assert history.returncode == 0 and '"revision":2' in history.stdout.replace(" ", ""), history.stderr
         uninstalled = await as_(role, "uninstall", release, "--namespace", ns)
