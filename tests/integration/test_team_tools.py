@@ -6,8 +6,8 @@ token). `admin` and `edit` members may record Events (kopf.info, client-go's
 and controller-runtime's recorders); `view` members watch but record nothing.
 
 Members other than the owner are added as test setup by inserting their
-membership rows with provisioning.db.members.add_member (tests.support.tools
-.add_member; they join through SSO only), then download their kubeconfigs
+membership rows with provisioning.db.members.add_member (tests.support.
+members.join; they join through SSO only), then download their kubeconfigs
 through the gateway like anyone.
 """
 
@@ -36,13 +36,13 @@ pytestmark = pytest.mark.cluster
 PATHS = ("direct", "proxy")
 
 
-async def crew(gateway: Any, database_url: str, tmp_path: Path) -> dict[Role, Member]:
+async def crew(gateway: Any, tmp_path: Path) -> dict[Role, Member]:
     """A workspace's owner (an admin) with an `edit` and a `view` member."""
     owner, workspace = await tenant(gateway)
     return {
         "admin": await member(gateway, tmp_path, workspace, "admin", session=owner),
-        "edit": await member(gateway, tmp_path, workspace, "edit", owner=owner, database_url=database_url),
-        "view": await member(gateway, tmp_path, workspace, "view", owner=owner, database_url=database_url),
+        "edit": await member(gateway, tmp_path, workspace, "edit", owner=owner),
+        "view": await member(gateway, tmp_path, workspace, "view", owner=owner),
     }
 
 
@@ -58,12 +58,12 @@ def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.
 
 @pytest.mark.parametrize(("path", "scanning"), [("direct", False), ("direct", True), ("proxy", True)],
                          ids=["direct-namespaced", "direct-scanning", "proxy-scanning"])
-async def test_a_kopf_operator_of_each_role(gateway: Any, database_url: str, tmp_path: Path, path: str,
+async def test_a_kopf_operator_of_each_role(gateway: Any, tmp_path: Path, path: str,
                                             scanning: bool) -> None:
     """Each member runs the sample operator (`--standalone --namespace`) at
     once; the admin's and the editor's record their Events, the viewer's
     watches the same ConfigMaps but its Events are refused (403)."""
-    team = await crew(gateway, database_url, tmp_path)
+    team = await crew(gateway, tmp_path)
     ns = team["admin"].namespace
     owner = client.CoreV1Api(kubeclients.from_kubeconfig(team["admin"].downloaded))
     async with contextlib.AsyncExitStack() as stack:
@@ -136,9 +136,9 @@ def run_helm(helm: Path, home: Path, kubeconfig: Path, *args: str) -> subprocess
 
 
 @pytest.mark.parametrize("path", PATHS)
-async def test_helm_install_list_upgrade_uninstall(gateway: Any, database_url: str, tmp_path: Path, path: str,
+async def test_helm_install_list_upgrade_uninstall(gateway: Any, tmp_path: Path, path: str,
                                                    helm: Path) -> None:
-    team = await crew(gateway, database_url, tmp_path)
+    team = await crew(gateway, tmp_path)
     ns = team["edit"].namespace
     owner = client.CoreV1Api(kubeclients.from_kubeconfig(team["admin"].downloaded))
 
@@ -205,8 +205,8 @@ def watch_configmaps(core: client.CoreV1Api, namespace: str, wanted: str, made: 
 
 
 @pytest.mark.parametrize("path", PATHS)
-async def test_the_python_client_of_each_role(gateway: Any, database_url: str, tmp_path: Path, path: str) -> None:
-    team = await crew(gateway, database_url, tmp_path)
+async def test_the_python_client_of_each_role(gateway: Any, tmp_path: Path, path: str) -> None:
+    team = await crew(gateway, tmp_path)
     ns = team["admin"].namespace
     owner = client.CoreV1Api(kubeclients.from_kubeconfig(team["admin"].downloaded))
     await asyncio.to_thread(owner.create_namespaced_config_map, ns, configmap("about"))
@@ -239,8 +239,8 @@ async def test_the_python_client_of_each_role(gateway: Any, database_url: str, t
 
 
 async def test_a_watch_of_namespaces_through_the_proxy_is_of_the_tenants_own(
-        gateway: Any, database_url: str, tmp_path: Path) -> None:
-    team = await crew(gateway, database_url, tmp_path)
+        gateway: Any, tmp_path: Path) -> None:
+    team = await crew(gateway, tmp_path)
     ns = team["view"].namespace
     for role, someone in team.items():
         core = client.CoreV1Api(kubeclients.from_kubeconfig(someone.proxied))

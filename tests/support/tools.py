@@ -5,9 +5,9 @@ members of a team workspace holding their kubeconfigs.
 
 Members other than the owner join through SSO only (an invitation accepted
 when a provider-verified email signs in). Here they are added as test setup,
-as the other team-workspace tests do: a membership row inserted with
-provisioning.db.members.add_member for a password account registered through
-the gateway. Everything after that goes through the real gateway API, the
+as the other team-workspace tests do (tests.support.members.join): a
+membership row inserted with provisioning.db.members.add_member for a
+password account registered through the gateway. Everything after that goes through the real gateway API, the
 tools and the API server.
 """
 
@@ -24,13 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-import asyncpg
-
-from provisioning import roles
-from provisioning.db import members as member_rows
-from provisioning.models import AuditEvent, Role
-from tests.support.gatewayclient import Session, register_and_login
+from provisioning.models import Role
+from tests.support.gatewayclient import Session
 from tests.support.kubeclients import kubeconfig_for_proxy
+from tests.support.members import join
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELM_BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build-helm.sh"
@@ -60,30 +57,13 @@ class Member:
         return {"direct": self.downloaded, "proxy": self.proxied}[path]
 
 
-async def add_member(database_url: str, workspace_id: str, owner_id: str, user_id: str, role: Role) -> None:
-    """Test setup standing in for an accepted invitation (see the module's docstring)."""
-    connection = await asyncpg.connect(database_url)
-    try:
-        async with connection.transaction():
-            added = await member_rows.add_member(
-                connection, uuid.UUID(workspace_id), uuid.UUID(user_id), role,
-                roles.member_account(user_id, owner=False), uuid.UUID(owner_id),
-                AuditEvent("AddMember", uuid.UUID(owner_id), uuid.UUID(workspace_id), None,
-                           {"member": user_id, "role": role, "via": "test setup"}))
-            assert added is not None
-    finally:
-        await connection.close()
-
-
 async def member(gateway: Any, tmp_path: Path, workspace: dict[str, Any], role: Role, *,
-                 session: Session | None = None, owner: Session | None = None,
-                 database_url: str = "") -> Member:
+                 session: Session | None = None, owner: Session | None = None) -> Member:
     """`session` (the owner, an admin) or a new user made a `role` member of
-    `workspace` by `owner`, with both kubeconfigs."""
+    `workspace` by `owner` (tests.support.members.join), with both kubeconfigs."""
     if session is None:
         assert owner is not None
-        session = await register_and_login(gateway)
-        await add_member(database_url, workspace["id"], owner.user_id, session.user_id, role)
+        session = await join(gateway, uuid.UUID(workspace["id"]), role, owner.user_id)
     downloaded = tmp_path / f"{role}-{session.user_id[:8]}.kubeconfig"
     downloaded.write_text(await session.kubeconfig(workspace["id"]))
     proxied = kubeconfig_for_proxy(tmp_path, str(gateway.make_url(f"/k8s/{workspace['id']}")), session.token,
