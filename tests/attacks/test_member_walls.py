@@ -32,6 +32,7 @@ from kubernetes import client
 from devstack.cluster import LocalCluster
 from provisioning import manifests
 from tests.support import kubeclients
+from tests.support.pods import restricted
 from tests.support.teams import Member, join
 from tests.support.tenants import Tenant, onboard, refusal
 
@@ -52,12 +53,11 @@ def account(namespace: str, name: str) -> dict[str, str]:
 
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name},
-            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                     "securityContext": {"allowPrivilegeEscalation": False,
-                                                         "capabilities": {"drop": ["ALL"]}}}],
-                     "securityContext": {"runAsNonRoot": True, "runAsUser": 65534,
-                                         "seccompProfile": {"type": "RuntimeDefault"}}, **spec}}
+    """A pod every other wall admits (Pod Security `restricted`, pulled
+    Always), so the wall under test is what refuses."""
+    return restricted({"metadata": {"name": name},
+                       "spec": {"containers": [{"name": "c", "image": "registry.invalid/none",
+                                                "imagePullPolicy": "Always"}], **spec}})
 
 
 def forbidden(call: Callable[[], object], *reasons: str) -> str:
