@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib.resources
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import yaml
@@ -213,6 +213,30 @@ def rules_beyond(reviews: Mapping[str, Mapping[str, Any]], needed: tuple[Permiss
     return (tuple(f"{action} in namespace{'s' if len(where) > 1 else ''} {', '.join(where)}: {BEYOND_NEEDS}"
                   for action, where in seen.items())
             + tuple(f"{read}: {BEYOND_NEEDS}" for read in reads))
+
+
+GRANTS_ROLES = "lets the credential grant what it does not hold"
+
+
+def role_grants_beyond(reviews: Mapping[str, Mapping[str, Any]], needed: tuple[Permission, ...],
+                       named: tuple[Permission, ...] = ()) -> dict[Permission, list[str]]:
+    """Grants the rules reviews show that are refused, not noted: binding or
+    escalating a role the gateway need not bind (any ClusterRole but the
+    member roles'), or impersonating. The FORBIDDEN probes ask about the
+    well-known roles by name; a grant naming any other is as bad. Each
+    (without its namespace) with where it was seen."""
+    seen: dict[Permission, list[str]] = {}
+    for namespace, status in reviews.items():
+        for rule in status.get("resourceRules") or []:
+            for grant in rule_grants(rule, namespace):
+                if grant.verb not in ("bind", "escalate", "impersonate") \
+                        or any(p.covers(grant) for p in needed + EVERYONE_HOLDS) \
+                        or any(p.action == grant.action for p in named):
+                    continue
+                where = seen.setdefault(replace(grant, namespace=""), [])
+                if namespace not in where:
+                    where.append(namespace)
+    return seen
 
 
 _POLICY_FILE = "deploy/kubernetes/admission.yaml"
@@ -442,10 +466,12 @@ def evaluate(required: tuple[Permission, ...], allowed: dict[Permission, bool], 
     confinement probes and policy gaps, reported as excessive: each lets the
     credential or a tenant do what it must not."""
     forbidden = tuple(p for p in FORBIDDEN if allowed[p])
+    granting = role_grants_beyond(reviews or {}, required, forbidden)
     return PermissionReport(
         missing=tuple(p for p in required if not allowed[p]),
-        excessive=forbidden + bypasses,
-        beyond_needs=rules_beyond(reviews or {}, required, forbidden),
+        excessive=forbidden + tuple(f"{p.action} in namespace{'s' if len(where) > 1 else ''} {', '.join(where)}: "
+                                    f"{GRANTS_ROLES}" for p, where in granting.items()) + bypasses,
+        beyond_needs=rules_beyond(reviews or {}, required, forbidden + tuple(granting)),
         unproven=unproven,
     )
 

@@ -59,7 +59,7 @@ rules:
 - {apiGroups: [""], resources: [secrets], verbs: [watch]}
 - {apiGroups: [""], resources: [pods, pods/exec], verbs: [create, get]}
 - {apiGroups: [""], resources: [configmaps], verbs: [list]}
-- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [admin, edit]}
+- {apiGroups: [rbac.authorization.k8s.io], resources: [clusterroles], verbs: [bind], resourceNames: [admin, edit, tenant-gateway]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -100,6 +100,10 @@ def test_check_names_every_grant_an_operator_added(cluster: LocalCluster, gatewa
         assert named in lines, (named, lines)
     assert any(line.startswith("note: list configmaps in namespace") and "kube-system" in line
                for line in lines), lines
+    # Beside the three member roles it may bind, any other ClusterRole is refused, whatever its name.
+    assert any(line.startswith("excessive: bind clusterroles.rbac.authorization.k8s.io named tenant-gateway in ")
+               and line.endswith(": lets the credential grant what it does not hold") for line in lines), lines
+    assert not any(line.startswith("note: bind") for line in lines), lines
     assert all(line.startswith(("excessive: ", "note: ")) for line in lines), lines
     restored = run(gateway_env, "check")
     assert restored.returncode == 0, restored.stdout

@@ -77,8 +77,10 @@ async def test_full_lifecycle_with_real_kubectl(cluster: LocalCluster, gateway: 
                                   "--clusterrole=cluster-admin", "--user=x").stderr.lower()
 
     # The tenant makes its own RoleBinding: suspension must not leave it as a back door.
+    # (Its own account's: the members' accounts are bound by the gateway alone.)
+    assert kubectl(cluster, first, "create", "serviceaccount", "worker").returncode == 0
     backdoor = kubectl(cluster, first, "create", "rolebinding", "backdoor", "--clusterrole=tenant-admin",
-                       f"--serviceaccount={ns}:sa-tenant-admin")
+                       f"--serviceaccount={ns}:worker")
     assert backdoor.returncode == 0, backdoor.stderr
 
     root = await admin_session(gateway, database_url)
@@ -268,12 +270,13 @@ async def test_the_suspension_label_refuses_the_tenants_own_writes(cluster: Loca
     carol = await register_and_login(gateway)
     ns = (await carol.init())["namespace"]
     config = save(tmp_path, "carol.kubeconfig", await carol.kubeconfig())
+    assert kubectl(cluster, config, "create", "serviceaccount", "worker").returncode == 0
     cluster.kubectl_run("label", "namespace", ns, f"{manifests.SUSPENDED_LABEL}=true")
     try:
         deadline = time.monotonic() + 10  # the label reaches admission through an informer
         while True:
             made = await asyncio.to_thread(kubectl, cluster, config, "create", "rolebinding", f"again-{time.time_ns()}",
-                                           "--clusterrole=tenant-admin", f"--serviceaccount={ns}:sa-tenant-admin")
+                                           "--clusterrole=tenant-admin", f"--serviceaccount={ns}:worker")
             if made.returncode != 0 or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)
