@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from dataclasses import replace
+from typing import Mapping
 
 from provisioning import access, manifests, members, revocation
 from provisioning.access import Seat
@@ -30,12 +31,13 @@ from provisioning.db import credentials as credential_rows
 from provisioning.db import members as member_rows
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import Forbidden, NotFound
+from provisioning.errors import Conflict, Forbidden, NotFound
 from provisioning.kube.client import KubeApi
 from provisioning.kube.tokens import request_token
 from provisioning.kubeconfig import render_kubeconfig
 from provisioning.models import AuditEvent, Credential, IssuedToken, User, Workspace
 from provisioning.roles import ClusterRoles
+from provisioning.tiers import DEFAULT_LIVE_CREDENTIALS, Tier
 
 MAX_USER_AGENT = 512
 
@@ -60,8 +62,8 @@ async def usable_seat(db: Database, user: User, workspace_id: uuid.UUID | None) 
     return access.usable(user, workspace, member)
 
 
-async def issue_token(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, user: User,
-                      workspace_id: uuid.UUID | None, *, ip_address: str | None, ttl_seconds: int,
+async def issue_token(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, tiers: Mapping[str, Tier],
+                      user: User, workspace_id: uuid.UUID | None, *, ip_address: str | None, ttl_seconds: int,
                       kind: str = "kubeconfig", user_agent: str | None = None) -> tuple[Seat, IssuedToken]:
     """Mint a token of the caller's own account in the workspace (made
     first if it is not: members.seat), bound to a Secret of its own, and
@@ -70,6 +72,13 @@ async def issue_token(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, 
     tells them apart)."""
     seat = await members.seat(db, kube, cluster_roles, await usable_seat(db, user, workspace_id))
     workspace = seat.workspace
+    tier = tiers.get(workspace.tier)
+    allowed = tier.live_credentials if tier is not None else DEFAULT_LIVE_CREDENTIALS
+    if await credential_rows.live_count(db, workspace.id) >= allowed:
+        # Each live one holds a Secret in the namespace; the quota has room for this many.
+        raise Conflict(f"this workspace holds {allowed} live credentials, as many as its tier allows; revoke "
+                          "some (DELETE /api/v1/credentials/{id}) or wait for them to expire",
+                          code="too_many_credentials")
     credential_id = uuid.uuid4()
     pending = Credential(
         id=credential_id, user_id=user.id, workspace_id=workspace.id, kind=kind, namespace=workspace.namespace,
@@ -99,10 +108,10 @@ async def issue_token(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, 
     return seat, replace(issued, issuance_id=str(credential_id))
 
 
-async def issue_kubeconfig(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, user: User,
-                           workspace_id: uuid.UUID | None, *, ip_address: str | None, ttl_seconds: int,
+async def issue_kubeconfig(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, tiers: Mapping[str, Tier],
+                           user: User, workspace_id: uuid.UUID | None, *, ip_address: str | None, ttl_seconds: int,
                            public_server: str, public_ca_base64: str, user_agent: str | None = None) -> str:
-    seat, issued = await issue_token(db, kube, cluster_roles, user, workspace_id, ip_address=ip_address,
+    seat, issued = await issue_token(db, kube, cluster_roles, tiers, user, workspace_id, ip_address=ip_address,
                                      ttl_seconds=ttl_seconds, user_agent=user_agent)
     return render_kubeconfig(server=public_server, ca_base64=public_ca_base64,
                              namespace=seat.workspace.namespace, token=issued.token, user=seat.service_account)

@@ -108,7 +108,7 @@ def resource_quota(ns: str, workspace_id: str, tier: Tier) -> Manifest:
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": _metadata(QUOTA_NAME, workspace_id, ns),
-        "spec": {"hard": dict(tier.hard)},
+        "spec": {"hard": tier.quota},
     }
 
 
@@ -135,7 +135,7 @@ def quota_convergence(existing: Mapping[str, Any], tier: Tier) -> Convergence | 
     keys the tier no longer names removed (null); None if it already is.
     Quantities compare by value: the API server writes `1000m` back as `1`."""
     have: Mapping[str, str] = (existing.get("spec") or {}).get("hard") or {}
-    want = tier.hard
+    want = tier.quota
     changed = {key: want.get(key) for key in sorted(set(have) | set(want))
                if not _same_quantity(have.get(key), want.get(key))}
     if not changed:

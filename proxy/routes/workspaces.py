@@ -106,7 +106,8 @@ async def kubeconfig(request: web.Request) -> web.Response:
     else:
         await issuance_allowed(request, who.user.id)
         text = await credentials.issue_kubeconfig(
-            db, kube, settings.cluster_roles, who.user, _workspace_query(request), ip_address=client_ip(request),
+            db, kube, settings.cluster_roles, settings.tiers, who.user, _workspace_query(request),
+            ip_address=client_ip(request),
             user_agent=request.headers.get("User-Agent"),
             ttl_seconds=settings.token_ttl_seconds, public_server=public_server,
             public_ca_base64=app[keys.PUBLIC_CA_BASE64],
@@ -125,7 +126,7 @@ async def token(request: web.Request) -> web.Response:
     settings, kube = app[keys.SETTINGS], app[keys.KUBE]
     await issuance_allowed(request, who.user.id)
     seat, issued = await credentials.issue_token(
-        app[keys.DATABASE], kube, settings.cluster_roles, who.user, _workspace_query(request),
+        app[keys.DATABASE], kube, settings.cluster_roles, settings.tiers, who.user, _workspace_query(request),
         ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds, kind="token",
         user_agent=request.headers.get("User-Agent"))
     return web.json_response({
