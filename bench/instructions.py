@@ -8,6 +8,7 @@ helps. It counts user space only; what a change saves in syscalls and in
 the kernel's TLS-free share of them shows in `make bench`, not here.
 
     python -m bench.instructions [--floor] [REV ...]
+    python -m bench.instructions --member
 
 measures the working tree and then each git revision (checked out into a
 temporary worktree), and with --floor the bare aiohttp relay
@@ -17,11 +18,17 @@ counters zeroed, serves REQUESTS sequential GETs of one ConfigMap from a
 separate load process, and has its counters dumped. The dumps are kept
 (their folders are printed) for `callgrind_annotate`. Needs valgrind
 (Debian: valgrind).
+
+With --member it measures issue 36's row alone instead (bench/workloads/members.py:
+a non-owner `edit` member's warm GET against the owner's, on one gateway under
+callgrind, and on the stack's own gateway by /proc as context) and writes
+results/member-get.json.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import re
 import shutil
 import subprocess
@@ -29,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.workloads.common import create_configmaps
 from bench.stack import Stack, Tenant, run_load, temp_root
@@ -42,7 +50,7 @@ def callgrind_control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True, timeout=120)
 
 
-def _wrapper(dumps: Path) -> tuple[str, ...]:
+def valgrind_wrapper(dumps: Path) -> tuple[str, ...]:
     dumps.mkdir()
     return ("valgrind", "--tool=callgrind", f"--callgrind-out-file={dumps}/out.%p")
 
@@ -65,9 +73,54 @@ def _count(stack: Stack, tenant: Tenant, url: str, pid: int, dumps: Path) -> flo
     return min(t for t in totals if t > 0) / float(served["requests"] + 1)
 
 
+def _total(dump: Path) -> int:
+    """A dump's instruction count (its summary and totals lines say the same)."""
+    found = _TOTAL.search(dump.read_text())
+    assert found is not None
+    return int(found.group(1))
+
+
+def _new_dump(dumps: Path, before: set[Path]) -> Path:
+    """The dump `callgrind_control -d` has just asked for (it answers when
+    the dump is written; the wait is for a slow file system)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        new = [dump for dump in dumps.glob("out.*") if dump not in before]
+        if new and _TOTAL.search(new[0].read_text()):
+            return new[0]
+        time.sleep(0.5)
+    raise RuntimeError(f"no new callgrind dump in {dumps}")
+
+
+def count_blocks(stack: Stack, url: str, callers: dict[str, str], order: list[str], pid: int, dumps: Path,
+                 requests: int = REQUESTS) -> dict[str, list[float]]:
+    """Instructions per GET of `url` for each caller (name: session token),
+    in blocks on one process: each caller warmed first, then for each name
+    of `order` the counters zeroed, `requests` sequential GETs, a dump.
+    Every block's GETs must all answer 200."""
+    jobs = {name: {"url": url, "headers": {"Authorization": f"Bearer {token}"}, "ca_file": str(stack.ca_file),
+                   "concurrency": 1} for name, token in callers.items()}
+    for name, job in jobs.items():
+        warm = run_load({**job, "requests": WARM_UP}, timeout=1200)
+        if warm["errors"]:
+            raise RuntimeError(f"{name}: {warm['errors']} of the warm-up GETs did not answer 200")
+    counts: dict[str, list[float]] = {name: [] for name in callers}
+    for name in order:
+        callgrind_control("-z", str(pid))
+        served = run_load({**jobs[name], "requests": requests}, timeout=1200)
+        before = set(dumps.glob("out.*"))
+        callgrind_control("-d", str(pid))
+        if served["errors"]:
+            raise RuntimeError(f"{name}: {served['errors']} of {served['requests']} GETs did not answer 200")
+        # +1 for the load's own warm request, inside the window as in _count.
+        counts[name].append(_total(_new_dump(dumps, before)) / float(served["requests"] + 1))
+    print(f"callgrind dumps: {dumps}", file=sys.stderr)
+    return counts
+
+
 def measure(stack: Stack, tenant: Tenant, name: str, source: Path | None) -> float:
     dumps = stack.root / f"callgrind-{name}"
-    url, process = stack.launch_gateway(name, source=source, wrapper=_wrapper(dumps))
+    url, process = stack.launch_gateway(name, source=source, wrapper=valgrind_wrapper(dumps))
     try:
         stack.wait_ready(url, process, name, seconds=300)  # Python under valgrind starts in ~30 s
         return _count(stack, tenant, f"{url}/k8s/{tenant.workspace_id}{_object(tenant)}", process.pid, dumps)
@@ -80,7 +133,7 @@ def measure_floor(stack: Stack, tenant: Tenant) -> float:
     """The bare relay, asked for the same object (it relays any path as is,
     so without the /k8s/{id} prefix) with the same headers."""
     dumps = stack.root / "callgrind-floor"
-    stack.start_floor_relay(tenant, wrapper=_wrapper(dumps))
+    stack.start_floor_relay(tenant, wrapper=valgrind_wrapper(dumps))
     process = stack.floor_relay
     assert process is not None
     try:
@@ -91,9 +144,38 @@ def measure_floor(stack: Stack, tenant: Tenant) -> float:
         process.wait(60)
 
 
+def member_alone() -> None:
+    """Issue 36's member row on a stack of its own, kept in results/member-get.json."""
+    from bench.record import record_alone
+    from bench.workloads.common import QUICK
+    from bench.workloads.members import member_get, member_verdicts, print_member
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    stack = Stack(temp_root())
+    try:
+        stack.start()
+
+        async def run() -> dict[str, Any]:
+            async with stack.session() as session:
+                tenant = await stack.new_tenant(session)
+            return await member_get(stack, tenant)
+
+        result = asyncio.run(run())
+    finally:
+        stack.stop()
+    path = record_alone("member-get", result, member_verdicts(result), quick=QUICK, started=started)
+    print_member(result)
+    for name, measured, ok in member_verdicts(result):
+        print(f"{name}: {measured} {'ok' if ok else 'MISSED'}")
+    print(f"written: {path}")
+
+
 def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (Debian: apt-get install valgrind)")
+    if "--member" in sys.argv[1:]:
+        member_alone()
+        return
     floor = "--floor" in sys.argv[1:]
     revisions = [argument for argument in sys.argv[1:] if argument != "--floor"]
     stack = Stack(temp_root())

@@ -28,6 +28,7 @@ COLUMNS = (
     "exec_p50_vs_direct", "port_forward_vs_direct", "flood_p99_vs_idle",
     "sso_p50_vs_session", "sso_cpu_vs_session",
     "audit_rows_per_s", "audit_rows_lost",
+    "member_instructions_vs_owner", "member_cpu_vs_owner",
     "verdicts_met", "verdicts_total",
 )
 """history.csv's columns. A cell is empty where the run lacks the figure
@@ -111,6 +112,8 @@ def history_row(result: dict[str, Any]) -> dict[str, str]:
         "sso_cpu_vs_session": _get(result, "sso", "id_token_vs_session", "cpu_per_get"),
         "audit_rows_per_s": _whole(_get(result, "audit_burst", "writer", "drain", "rows_per_s")),
         "audit_rows_lost": _audit_lost(result),
+        "member_instructions_vs_owner": _get(result, "member_get", "instructions", "member_vs_owner"),
+        "member_cpu_vs_owner": _get(result, "member_get", "cpu", "member_vs_owner"),
         "verdicts_met": sum(1 for v in verdicts if v["ok"]) if verdicts else None,
         "verdicts_total": len(verdicts) if verdicts else None,
     }

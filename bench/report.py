@@ -9,6 +9,7 @@ from bench.pods import pod_verdicts
 from bench.rolling import rolling_verdicts
 from bench.sso import print_sso, sso_verdicts
 from bench.workloads.audit_burst import audit_verdicts, print_audit
+from bench.workloads.members import member_verdicts, print_member
 from bench.workloads.stalled import stalled_verdicts
 
 
@@ -58,7 +59,7 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
     ]
     return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
             + rolling_verdicts(r["rolling_restart"]) + stalled_verdicts(r["stalled_readers"])
-            + audit_verdicts(r["audit_burst"]) + sso_verdicts(r["sso"]))
+            + audit_verdicts(r["audit_burst"]) + member_verdicts(r["member_get"]) + sso_verdicts(r["sso"]))
 
 
 def print_fair_share(r: dict[str, Any]) -> None:
@@ -87,6 +88,7 @@ def print_table(r: dict[str, Any]) -> None:
               f"{pods['port_forward_mib_per_s'][target]:>12.1f}")
     print_fair_share(r["fair_share"])
     print_audit(r["audit_burst"])
+    print_member(r["member_get"])
     print_sso(r["sso"])
     print("\ntarget                               measured     ok")
     for name, value, ok in verdicts(r):

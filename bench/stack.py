@@ -80,6 +80,8 @@ class Tenant:
     namespace: str
     session_token: str
     sa_token: str
+    user_id: str = ""
+    """The owner's user id."""
 
 
 @dataclass
@@ -314,12 +316,18 @@ class Stack:
     def session(self, **kwargs: Any) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=self.ssl_context()), **kwargs)
 
-    async def new_tenant(self, session: aiohttp.ClientSession) -> Tenant:
+    async def new_user(self, session: aiohttp.ClientSession) -> tuple[str, str]:
+        """An account registered and logged in through the gateway: its user id and session token."""
         email = f"bench-{uuid.uuid4().hex[:10]}@example.test"
         async with session.post(f"{self.gateway_url}/api/v1/auth/register", json={"email": email, "password": PASSWORD}) as r:
             assert r.status == 201, await r.text()
+            user_id = str((await r.json())["id"])
         async with session.post(f"{self.gateway_url}/api/v1/auth/login", json={"email": email, "password": PASSWORD}) as r:
-            token = (await r.json())["token"]
+            token = str((await r.json())["token"])
+        return user_id, token
+
+    async def new_tenant(self, session: aiohttp.ClientSession) -> Tenant:
+        user_id, token = await self.new_user(session)
         headers = {"Authorization": f"Bearer {token}"}
         async with session.post(f"{self.gateway_url}/api/v1/workspaces/init", json={}, headers=headers) as r:
             workspace = await r.json()
@@ -327,7 +335,7 @@ class Stack:
         sa_token = self.cluster.kubectl_run(
             "create", "token", "sa-tenant-admin", "-n", workspace["namespace"], "--duration=2h",
             kubeconfig=self.cluster.gateway_kubeconfig).stdout.strip()
-        return Tenant(workspace["id"], workspace["namespace"], token, sa_token)
+        return Tenant(workspace["id"], workspace["namespace"], token, sa_token, user_id)
 
     async def metric(self, session: aiohttp.ClientSession, name: str) -> float:
         async with session.get(f"{self.metrics_urls['gateway']}/metrics") as r:

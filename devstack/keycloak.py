@@ -199,6 +199,9 @@ class LocalKeycloak:
     """realm -> client id -> secret."""
     home: Path
     _children: Children = field(repr=False)
+    admin_password: str = field(default="", repr=False)
+    """The master realm's bootstrap admin (`admin`): tests change a realm's
+    groups through the admin API (tests.support.keycloak_admin)."""
 
     def issuer(self, realm: str) -> str:
         return f"{self.base_url}/realms/{realm}"
@@ -261,8 +264,9 @@ def start_keycloak(state_dir: Path, *, redirect_uris: Sequence[str] = ("https://
         document = realm_document(spec, client_secrets[spec.name], redirect_uris)
         (home / "data" / "import" / f"{spec.name}.json").write_text(json.dumps(document))
     port = port or free_port()
+    admin_password = secrets.token_urlsafe(16)
     env = {**os.environ, "JAVA_HOME": str(java), "PATH": f"{java / 'bin'}:{os.environ.get('PATH', '')}",
-           "KC_BOOTSTRAP_ADMIN_USERNAME": "admin", "KC_BOOTSTRAP_ADMIN_PASSWORD": secrets.token_urlsafe(16),
+           "KC_BOOTSTRAP_ADMIN_USERNAME": "admin", "KC_BOOTSTRAP_ADMIN_PASSWORD": admin_password,
            "JAVA_OPTS_KC_HEAP": "-Xms64m -Xmx512m",
            # JBoss threads resets thread locals; Java 24+ must be told it may.
            "JAVA_OPTS_APPEND": "--add-opens java.base/java.lang=ALL-UNNAMED"}
@@ -270,7 +274,7 @@ def start_keycloak(state_dir: Path, *, redirect_uris: Sequence[str] = ("https://
     children.spawn("keycloak", [str(home / "bin" / "kc.sh"), "start-dev", "--http-host", "127.0.0.1",
                                 "--http-port", str(port), "--import-realm"], env)
     base_url = f"http://127.0.0.1:{port}"
-    keycloak = LocalKeycloak(base_url, specs, client_secrets, home, children)
+    keycloak = LocalKeycloak(base_url, specs, client_secrets, home, children, admin_password)
     deadline = time.monotonic() + timeout
     try:
         for spec in specs:

@@ -9,6 +9,7 @@ lock); reads take the Database.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Iterable
 
 import asyncpg
@@ -48,10 +49,11 @@ async def membership(db: Database | asyncpg.Connection, workspace_id: uuid.UUID,
 async def memberships_of(db: Database, user_id: uuid.UUID) -> list[tuple[Workspace, Member]]:
     """Every workspace `user_id` is a member of, oldest first, with the membership."""
     rows = await db.fetch(
-        f"""SELECT w.*, {_MEMBER_COLUMNS} FROM workspace_members m
+        f"""SELECT w.*, {_MEMBER_COLUMNS}, w.user_id AS owner_id FROM workspace_members m
             JOIN workspaces w ON w.id = m.workspace_id JOIN users u ON u.id = m.user_id
             WHERE m.user_id = $1 ORDER BY w.created_at""", user_id)
-    return [(workspace_from_row(r), _member(r)) for r in rows]
+    # Both tables have user_id, and the member's comes last: the owner's is owner_id.
+    return [(replace(workspace_from_row(r), user_id=r["owner_id"]), _member(r)) for r in rows]
 
 
 async def roster(db: Database, workspace_id: uuid.UUID) -> tuple[list[Member], list[Invitation], list[GroupBinding]]:

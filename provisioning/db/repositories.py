@@ -105,6 +105,14 @@ async def sso_user(db: Database, *, provider: str, issuer: str, subject: str, em
     return _user(row)
 
 
+async def holds_newest_claims(db: Database, user_id: uuid.UUID, issued_at: datetime.datetime) -> bool:
+    """Whether a token issued at `issued_at` is the newest word of the
+    provider the user's row took (sso_user, just before): an older token,
+    still within its expiry, must not change what follows from its claims."""
+    row = await db.fetchrow("SELECT oidc_claims_issued_at FROM users WHERE id = $1", user_id)
+    return row is None or row["oidc_claims_issued_at"] is None or row["oidc_claims_issued_at"] <= issued_at
+
+
 async def get_user(db: Database, user_id: uuid.UUID) -> User | None:
     row = await db.fetchrow("SELECT * FROM users WHERE id = $1", user_id)
     return _user(row) if row else None

@@ -92,6 +92,9 @@ async def admit(db: Database, provider: OIDCProvider, identity: Identity, on_adm
                                issued_at=identity.issued_at)
     if user.status != "active":
         raise InvalidIdToken("this account is suspended", code="user_suspended")
-    if on_admitted is not None:
+    # Invitations and group bindings follow the provider's newest word only:
+    # an older ID token (a replica that has not seen it yet) still listing a
+    # group the user has left must not make them a member again.
+    if on_admitted is not None and await repo.holds_newest_claims(db, user.id, identity.issued_at):
         await on_admitted(user, identity)
     return user

@@ -1,5 +1,6 @@
-// The console: sign-in, the tenant's workspace and its live resources, and
-// for administrators every workspace, users and the audit log. All state is
+// The console: sign-in, the workspaces one belongs to (picked in the
+// switcher), their members and live resources, and for administrators every
+// workspace, users and the audit log. All state is
 // the gateway's; this file only asks for it and shows it.
 
 import { ApiError, call, json } from "./api.js";
@@ -7,6 +8,7 @@ import { h, table } from "./dom.js";
 import { followLog, watchCollection } from "./streams.js";
 import { KUBECONFIG, formats as kubeconfigFormats, howToUse } from "./kubeconfigs.js";
 import { Terminal } from "./terminal.js";
+import { membersView, roleSentence } from "./members.js";
 
 const $ = (id) => document.getElementById(id);
 const state = { me: null, workspace: null, view: null, controller: null, panel: null, terminal: null, noticeFrom: null };
@@ -67,6 +69,8 @@ function signedOut(message) {
   state.me = null;
   state.workspace = null;
   state.view = null;
+  $("switcher").replaceChildren();
+  $("switcher").hidden = true;
   $("signed-in").hidden = true;
   $("sign-out").hidden = true;
   $("who").textContent = "";
@@ -115,15 +119,47 @@ async function signOut() {
   notice("You are signed out.", "session");
 }
 
-async function load() {
+// The workspace shown: the one picked before (kept for the tab), else the
+// person's own, else the first they are a member of.
+const PICKED = "picked-workspace";
+
+function pickWorkspace(held, wanted) {
+  return held.find((w) => w.id === wanted) ?? held.find((w) => w.user_id === state.me.id) ?? held[0] ?? null;
+}
+
+function choose(workspace) {
+  state.workspace = workspace;
+  if (workspace) sessionStorage.setItem(`${PICKED}:${state.me.id}`, workspace.id);
+}
+
+function renderSwitcher() {
+  const held = state.me.workspaces ?? [];
+  const box = $("switcher");
+  box.hidden = held.length < 2;
+  if (box.hidden) {
+    box.replaceChildren();
+    return;
+  }
+  const select = h("select", { id: "workspace-picker" }, held.map((w) => h("option", {
+    value: w.id, selected: w.id === state.workspace?.id,
+    text: `${w.namespace} (${w.user_id === state.me.id ? "yours, " : ""}${w.role})` })));
+  select.addEventListener("change", () => {
+    choose(held.find((w) => w.id === select.value) ?? null);
+    show(state.view ?? "My workspace");
+  });
+  box.replaceChildren(h("label", { for: "workspace-picker", text: "Workspace" }), select);
+}
+
+async function load(wanted) {
   state.me = await json("GET", "/api/v1/me");
-  state.workspace = state.me.workspaces?.[0] ?? null;
+  choose(pickWorkspace(state.me.workspaces ?? [], wanted ?? state.workspace?.id ?? sessionStorage.getItem(`${PICKED}:${state.me.id}`)));
   clearNotice();
   $("sign-in").hidden = true;
   $("signed-in").hidden = false;
   $("sign-out").hidden = false;
   $("who").textContent = state.me.email + (state.me.is_admin ? " (administrator)" : "");
   renderTabs();
+  renderSwitcher();
   if (location.pathname === DEVICE_PAGE) {
     deviceView();
     return;
@@ -209,6 +245,8 @@ const KINDS = {
 
 const VIEWS = {
   "My workspace": { render: workspaceView },
+  Members: { render: (root, signal) => needsWorkspace(root) ? Promise.resolve() : membersView(root, {
+    workspace: state.workspace, me: state.me, signal, busy, notice, left: leftWorkspace }) },
   ...Object.fromEntries(Object.keys(KINDS).map((name) => [name, { render: (root, signal) => resourceView(name, root, signal) }])),
   Workspaces: { admin: true, render: workspacesView },
   Users: { admin: true, render: usersView },
@@ -249,26 +287,40 @@ function needsWorkspace(root) {
   return true;
 }
 
+// Anyone without a workspace of their own may make one (members of other
+// workspaces too).
+function createForm(api) {
+  const tiers = api.components.schemas.InitRequest.properties.tier.enum ?? ["basic"];
+  const select = h("select", { id: "tier" }, tiers.map((tier) => h("option", { value: tier, text: tier })));
+  const create = h("button", { type: "submit", class: "primary" }, "Create workspace");
+  const form = h("form", { class: "card narrow" },
+    h("p", { text: "A workspace is your own namespace in the cluster, with a quota from its tier." }),
+    h("label", { for: "tier", text: "Tier" }), select, h("div", { class: "row" }, create));
+  form.addEventListener("submit", busy(create, async () => {
+    notice("Creating the workspace…", "progress");
+    const made = await json("POST", "/api/v1/workspaces/init", { body: { tier: select.value } });
+    await load(made.id);
+  }));
+  return form;
+}
+
+async function leftWorkspace(message) {
+  state.workspace = null;
+  await load();
+  notice(message);
+}
+
 async function workspaceView(root) {
-  const api = await json("GET", "/api/v1/openapi.json");
+  const [api, described] = await Promise.all([json("GET", "/api/v1/openapi.json"), json("GET", "/api/v1/roles")]);
   if (!state.workspace) {
-    const tiers = api.components.schemas.InitRequest.properties.tier.enum ?? ["basic"];
-    const select = h("select", { id: "tier" }, tiers.map((tier) => h("option", { value: tier, text: tier })));
-    const create = h("button", { type: "submit", class: "primary" }, "Create workspace");
-    const form = h("form", { class: "card narrow" },
-      h("p", { text: "A workspace is your own namespace in the cluster, with a quota from its tier." }),
-      h("label", { for: "tier", text: "Tier" }), select, h("div", { class: "row" }, create));
-    form.addEventListener("submit", busy(create, async () => {
-      notice("Creating the workspace…", "progress");
-      await json("POST", "/api/v1/workspaces/init", { body: { tier: select.value } });
-      await load();
-    }));
-    root.append(form);
+    root.append(createForm(api));
     return;
   }
   const ws = state.workspace;
+  const owned = ws.user_id === state.me.id;
   root.append(h("dl", { class: "facts" },
     h("dt", { text: "Namespace" }), h("dd", { text: ws.namespace }),
+    h("dt", { text: "Your role" }), h("dd", { class: "words", text: roleSentence(ws.role, described) + (owned ? " You own it." : "") }),
     h("dt", { text: "Tier" }), h("dd", { text: ws.tier }),
     h("dt", { text: "Status" }), h("dd", { text: ws.status }),
     h("dt", { text: "Workspace id" }), h("dd", { text: ws.id })));
@@ -297,6 +349,9 @@ async function workspaceView(root) {
     }
   }
   quota.replaceChildren(table("Quota use", ["Resource", "Used", "Hard"], rows));
+  if (!(state.me.workspaces ?? []).some((w) => w.user_id === state.me.id)) {
+    root.append(h("h3", { text: "A workspace of your own" }), createForm(api));
+  }
 }
 
 async function downloadKubeconfig(format) {

@@ -33,7 +33,8 @@ def concrete(route: str) -> str:
     """A path the route (as aiohttp names it) matches: ids for ids, a name for a
     name, a pod list for the proxy's tail."""
     for parameter, value in (("{id}", str(uuid.uuid4())), ("{workspace_id}", str(uuid.uuid4())),
-                             ("{tail}", "api/v1/pods"), ("{name}", "x")):
+                             ("{user_id}", str(uuid.uuid4())), ("{email}", "someone@example.test"),
+                             ("{provider}", "x"), ("{group}", "x"), ("{tail}", "api/v1/pods"), ("{name}", "x")):
         route = route.replace(parameter, value)
     assert "{" not in route, route
     return route

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
+import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, NoReturn
 
 from provisioning.kube.client import ClusterEndpoint
+from provisioning.kube.errors import KubeAlreadyExists, KubeNotFound
 
 
 class FakeTokenIssuer:
@@ -61,3 +64,93 @@ if TYPE_CHECKING:  # mypy holds the FAKE to the seam's interface (pyproject: [to
     from proxy.app import KubeSeam
 
     _FAKE_FITS_THE_SEAM: type[KubeSeam] = FakeTokenIssuer
+
+
+class FakeCluster(FakeTokenIssuer):
+    """A FAKE gateway client that also keeps the ServiceAccounts and
+    RoleBindings of tenant namespaces, as a members' change makes and
+    deletes them (provisioning.members): created with a new UID, read,
+    patched, deleted and listed by label. Tokens are minted for
+    `sa-tenant-admin` (onboarding made it before the test) and for any
+    account it holds; a TokenRequest for another is 404, as the API server
+    answers. Anything else the gateway asks fails the test loudly."""
+
+    _KINDS = ("/serviceaccounts", "/rolebindings")
+
+    def __init__(self, server: str = "https://127.0.0.1:1") -> None:
+        super().__init__(server)
+        self.objects: dict[str, dict[str, Any]] = {}
+        """path -> object"""
+        self.token_accounts: list[str] = []
+        """The account of each token minted, in order."""
+
+    def _kept(self, path: str) -> bool:
+        collection = path.rsplit("/", 1)[0]
+        return path.startswith("/api") and collection.endswith(self._KINDS)
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/token"):
+            account_path = path.removesuffix("/token")
+            account = account_path.rsplit("/", 1)[-1]
+            if account != "sa-tenant-admin" and account_path not in self.objects:
+                raise KubeNotFound(404, "NotFound", f"serviceaccounts {account!r} not found")
+            self.token_accounts.append(account)
+            self.issued.append(f"token-{len(self.issued) + 1}")
+            expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+            return {"status": {"token": self.issued[-1],
+                               "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+        if not path.endswith(self._KINDS):
+            self._not_a_token_request("POST", path)
+        item = f"{path}/{body['metadata']['name']}"
+        if item in self.objects:
+            raise KubeAlreadyExists(409, "AlreadyExists", f"{item} already exists")
+        made = copy.deepcopy(body)
+        made["metadata"]["uid"] = str(uuid.uuid4())
+        self.objects[item] = made
+        return copy.deepcopy(made)
+
+    async def get(self, path: str) -> dict[str, Any]:
+        if not self._kept(path):
+            self._not_a_token_request("GET", path)
+        if path not in self.objects:
+            raise KubeNotFound(404, "NotFound", f"{path} not found")
+        return copy.deepcopy(self.objects[path])
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if not self._kept(path):
+            self._not_a_token_request("PATCH", path)
+        if path not in self.objects:
+            raise KubeNotFound(404, "NotFound", f"{path} not found")
+        for key, value in (body.get("metadata") or {}).items():
+            if value is None:
+                self.objects[path]["metadata"].pop(key, None)
+            else:
+                self.objects[path]["metadata"][key] = value
+        return copy.deepcopy(self.objects[path])
+
+    async def delete(self, path: str) -> dict[str, Any]:
+        if not self._kept(path):
+            self._not_a_token_request("DELETE", path)
+        if path not in self.objects:
+            raise KubeNotFound(404, "NotFound", f"{path} not found")
+        return self.objects.pop(path)
+
+    async def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        if not path.endswith(self._KINDS):
+            self._not_a_token_request("GET", path)
+        key, _, value = (label_selector or "").partition("=")
+        return [copy.deepcopy(found) for item, found in sorted(self.objects.items())
+                if item.rsplit("/", 1)[0] == path
+                and (not key or (found["metadata"].get("labels") or {}).get(key) == value)]
+
+    async def list_pages(self, path: str, *, page_size: int = 500,
+                         label_selector: str | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+        yield await self.list_items(path, label_selector)
+
+    def names(self, namespace: str, kind: str) -> set[str]:
+        """The names of the objects of `kind` (`serviceaccounts`, `rolebindings`) it holds in `namespace`."""
+        return {item.rsplit("/", 1)[-1] for item in self.objects if f"/namespaces/{namespace}/{kind}/" in item}
+
+
+if TYPE_CHECKING:
+    _FAKE_CLUSTER_FITS_THE_SEAM: type[KubeSeam] = FakeCluster

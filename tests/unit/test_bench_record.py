@@ -37,7 +37,8 @@ def test_the_row_holds_the_run_s_headline_figures_and_leaves_missing_ones_empty(
     assert row["verdicts_met"] == "1" and row["verdicts_total"] == "2"
     # This run had no floor relay, pods, fair share or SSO workload.
     for missing in ("floor_cpu_ms_per_get", "exec_p50_vs_direct", "flood_p99_vs_idle", "sso_p50_vs_session",
-                    "list_identity_vs_direct", "kib_rss_per_watch", "audit_rows_per_s", "audit_rows_lost"):
+                    "list_identity_vs_direct", "kib_rss_per_watch", "audit_rows_per_s", "audit_rows_lost",
+                    "member_instructions_vs_owner", "member_cpu_vs_owner"):
         assert row[missing] == ""
 
 
@@ -45,6 +46,24 @@ def test_the_audit_burst_row_is_the_writer_s_rate_and_the_rows_lost_over_its_par
     row = history_row(_result(audit_burst={
         "writer": {"burst": {"lost": 0}, "drain": {"lost": 2, "rows_per_s": 12345.6}}, "gateway": {"lost": 1}}))
     assert row["audit_rows_per_s"] == "12346" and row["audit_rows_lost"] == "3"
+
+
+def test_the_member_row_is_the_instruction_ratio_with_the_timed_one_beside_it() -> None:
+    row = history_row(_result(member_get={"instructions": {"member_vs_owner": 1.0123456},
+                                          "cpu": {"member_vs_owner": 0.98765}}))
+    assert row["member_instructions_vs_owner"] == "1.012" and row["member_cpu_vs_owner"] == "0.9877"
+
+
+def test_the_member_verdict_is_judged_by_instructions_within_five_percent() -> None:
+    from bench.workloads.members import member_verdicts
+
+    def judged(instructions: float, cpu: float) -> tuple[str, bool]:
+        [(_, measured, ok)] = member_verdicts({"instructions": {"member_vs_owner": instructions},
+                                               "cpu": {"member_vs_owner": cpu}})
+        return measured, ok
+
+    assert judged(1.05, 1.3) == ("1.050x", True)  # the timed ratio is context, not the verdict
+    assert judged(1.051, 0.9) == ("1.051x", False)
 
 
 def test_a_full_run_writes_latest_json_and_appends_a_row(tmp_path: Path) -> None:

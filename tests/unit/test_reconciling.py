@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from typing import Any
+from typing import Any, AsyncIterator
 
 import pytest
 
 from provisioning import manifests, reconciling
+from provisioning.db import members as member_rows
 from provisioning.db import repositories as repo
 from provisioning.errors import DatabaseUnavailable
-from provisioning.models import AuditEvent, Workspace
+from provisioning.models import AuditEvent, Member, Workspace
 from provisioning.tiers import DEFAULT_TIERS
 
 
@@ -34,6 +35,11 @@ class FakeKube:
     async def merge_patch(self, path: str, patch: dict[str, Any]) -> dict[str, Any]:
         return patch
 
+    async def list_pages(self, path: str, *, page_size: int = 500,
+                         label_selector: str | None = None) -> AsyncIterator[list[dict[str, Any]]]:
+        """No member's RoleBinding anywhere."""
+        yield []
+
 
 def _workspace(number: int) -> Workspace:
     return Workspace(uuid.uuid4(), uuid.uuid4(), f"tenant-{number}", "sa-tenant-admin", "basic", "provisioned",
@@ -48,6 +54,9 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
     async def all_workspaces(_db: object) -> list[Workspace]:
         return [first, second, third]
 
+    async def all_members(_db: object, _workspace_id: uuid.UUID) -> list[Member]:
+        return []  # the owners' rows: their accounts are the workspaces' own, made by onboarding
+
     async def record_audit(_db: object, event: AuditEvent) -> uuid.UUID:
         if event.workspace_id == second.id:
             raise DatabaseUnavailable()
@@ -56,6 +65,7 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
 
     monkeypatch.setattr(repo, "all_workspaces", all_workspaces)
     monkeypatch.setattr(repo, "record_audit", record_audit)
+    monkeypatch.setattr(member_rows, "all_members", all_members)
     report = await reconciling.reconcile(object(), FakeKube(first, second, third), DEFAULT_TIERS,  # type: ignore[arg-type]
                                          cluster_role="tenant-admin")
     assert [line.workspace for line in report] == [first, second]  # the third was not tried
