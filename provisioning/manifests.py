@@ -108,7 +108,7 @@ def resource_quota(ns: str, workspace_id: str, tier: Tier) -> Manifest:
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": _metadata(QUOTA_NAME, workspace_id, ns),
-        "spec": {"hard": dict(tier.hard)},
+        "spec": {"hard": tier.quota},
     }
 
 
@@ -135,7 +135,7 @@ def quota_convergence(existing: Mapping[str, Any], tier: Tier) -> Convergence | 
     keys the tier no longer names removed (null); None if it already is.
     Quantities compare by value: the API server writes `1000m` back as `1`."""
     have: Mapping[str, str] = (existing.get("spec") or {}).get("hard") or {}
-    want = tier.hard
+    want = tier.quota
     changed = {key: want.get(key) for key in sorted(set(have) | set(want))
                if not _same_quantity(have.get(key), want.get(key))}
     if not changed:
@@ -269,8 +269,31 @@ def suspended_label_patch(suspended: bool) -> Manifest:
     return {"metadata": {"labels": {SUSPENDED_LABEL: "true" if suspended else None}}}
 
 
-def token_request(ttl_seconds: int, audiences: list[str] | None = None) -> Manifest:
+def token_request(ttl_seconds: int, audiences: list[str] | None = None,
+                  bound_to: Mapping[str, str] | None = None) -> Manifest:
+    """`bound_to`: the Secret (name and UID) whose deletion revokes the token."""
     spec: dict[str, Any] = {"expirationSeconds": ttl_seconds}
     if audiences:
         spec["audiences"] = audiences
+    if bound_to is not None:
+        spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Secret", **bound_to}
     return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+
+
+CREDENTIAL_SECRET_TYPE = "tenant-gateway.io/credential"
+"""The type of the Secrets issued tokens are bound to; admission.yaml lets
+the gateway create (without data) and delete only these, and nobody else
+touch them."""
+CREDENTIAL_LABEL = "tenant-gateway.io/credential-id"
+
+
+def credential_secret_name(credential_id: object) -> str:
+    return f"credential-{credential_id}"
+
+
+def credential_secret(ns: str, workspace_id: str, credential_id: str) -> Manifest:
+    """The data-less Secret one issuance's token is bound to: deleting it
+    revokes the token at the API server."""
+    meta = _metadata(credential_secret_name(credential_id), workspace_id, ns)
+    meta["labels"][CREDENTIAL_LABEL] = credential_id
+    return {"apiVersion": "v1", "kind": "Secret", "type": CREDENTIAL_SECRET_TYPE, "metadata": meta}

@@ -13,7 +13,8 @@ audit log names the person's account.
 - Changing a role deletes the old binding before the database says so
   (authorisation ends at the next request), then binds the new role.
 - Removing a member, or suspending a user, deletes the binding and the
-  account before the row changes: every token of it stops authenticating.
+  account, and revokes each of their credentials (provisioning.revocation),
+  before the row changes: every token of it stops authenticating.
   A failure part-way leaves less access, never more; repeating the call (or
   `reconcile`) finishes it.
 - New objects for an account whose old ones were deleted less than
@@ -34,7 +35,7 @@ import logging
 import uuid
 from typing import Any, Iterable
 
-from provisioning import manifests, roles
+from provisioning import manifests, revocation, roles
 from provisioning.access import Seat
 from provisioning.db import members as rows
 from provisioning.db import repositories as repo
@@ -216,6 +217,7 @@ async def remove(db: Database, kube: KubeApi, workspace: Workspace, actor: User 
             if member.role == "admin" and not await rows.admins_left(connection, workspace.id, user_id):
                 raise Conflict("the workspace's last admin cannot be removed", code="last_admin")
         await _revoke(kube, workspace, member.service_account)
+        await revocation.revoke_all(db, kube, workspace.id, user_id, actor, ip_address, why=f"member {why}")
         async with db.transaction() as connection:
             await rows.remove_member(connection, workspace.id, user_id, AuditEvent(
                 "RemoveMember", actor.id if actor else None, workspace.id, ip_address,
@@ -264,6 +266,7 @@ async def revoke_user(db: Database, kube: KubeApi, user_id: uuid.UUID, actor: Us
             if current is None or current.service_account_uid is None:
                 continue
             await _revoke(kube, workspace, current.service_account)
+            await revocation.revoke_all(db, kube, workspace.id, user_id, actor, ip_address, why="user suspended")
             async with db.transaction() as connection:
                 await rows.set_account(connection, workspace.id, user_id, None, revoked=True,
                                        owner=user_id == workspace.user_id)

@@ -125,6 +125,40 @@ class IssuedToken:
     expires_at: datetime.datetime
     credential_id: str | None
     """The token's `jti`, which the API server writes into its own audit log."""
+    issuance_id: str | None = None
+    """The gateway's record of it (GET /api/v1/credentials), when it is bound to a Secret."""
+
+
+@dataclass(frozen=True)
+class Credential:
+    """One issuance: the record of a token the gateway handed out, bound to
+    its Secret (provisioning.credentials). Never the token itself."""
+
+    id: uuid.UUID
+    user_id: uuid.UUID
+    workspace_id: uuid.UUID
+    kind: str
+    """`kubeconfig` (downloaded) or `token` (the token route: the exec plugin, `tenant-gateway credential`)."""
+    namespace: str
+    service_account: str
+    secret_name: str
+    jti: str | None
+    issued_at: datetime.datetime
+    expires_at: datetime.datetime
+    revoked_at: datetime.datetime | None = None
+    ip_address: str | None = None
+    user_agent: str | None = None
+    last_used_at: datetime.datetime | None = None
+
+    def public(self) -> dict[str, Any]:
+        def when(moment: datetime.datetime | None) -> str | None:
+            return moment.isoformat() if moment is not None else None
+
+        return {"id": str(self.id), "user_id": str(self.user_id), "workspace_id": str(self.workspace_id),
+                "kind": self.kind, "service_account": self.service_account, "issued_at": when(self.issued_at),
+                "expires_at": when(self.expires_at), "revoked_at": when(self.revoked_at),
+                "ip_address": self.ip_address, "user_agent": self.user_agent,
+                "last_used_at": when(self.last_used_at)}
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib.resources
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -119,6 +120,9 @@ def required_permissions(tenant_cluster_role: str) -> tuple[Permission, ...]:
     # (rolebindings): suspension deletes every binding in the namespace.
     needed += [Permission(v, "serviceaccounts") for v in ("create", "get", "delete", "patch")]
     needed += [Permission("create", "serviceaccounts", subresource="token")]  # kube.tokens.request_token
+    # Issued tokens' binding Secrets (credentials.issue_token, revocation.unbind);
+    # tenant-gateway-confined holds both to data-less Secrets of the gateway's type.
+    needed += [Permission(v, "secrets") for v in ("create", "delete")]
     needed += [Permission(v, "networkpolicies", "networking.k8s.io") for v in ("create", "get")]
     needed += [Permission(v, "rolebindings", _RBAC) for v in ("create", "get", "list", "delete", "patch")]
     # bind: each member role's ClusterRole (members.seat, change_role), by name.
@@ -138,9 +142,10 @@ def _verbs(verbs: str, resource: str, group: str = "", **where: str) -> tuple[Pe
 # ClusterRoleBindings; the rules reviews below see RoleBindings too.
 FORBIDDEN: tuple[Permission, ...] = (
     Permission("*", "*", "*"),
-    # Secrets hold tokens and passwords; a created service-account-token
-    # Secret is filled with a token for any account named in it.
-    *_verbs("get list watch create", "secrets"),
+    # Secrets hold tokens and passwords. create and delete are held, for
+    # issued tokens' binding Secrets only (the confinement policy, proven by
+    # `confinement_probes`); reading them any other way must stay impossible.
+    *_verbs("get list watch update patch deletecollection", "secrets"),
     *_verbs("get list watch", "secrets", namespace="kube-system"),
     # A pod runs as any ServiceAccount of its namespace and can mount the
     # node; exec/attach/portforward are `create` (and `get` over WebSockets).
@@ -293,12 +298,63 @@ def confinement_probes(tenant_namespace: str | None, *, rolebinding: bool = True
             WriteProbe("PATCH", path, {"metadata": {"finalizers": ["tenant-gateway.io/probe"]}},
                        f"tenant namespaces can be given finalizers: {_CONFINED}"),
         ]
+        secrets = f"{path}/secrets"
+        probes += [
+            WriteProbe("POST", secrets, {"apiVersion": "v1", "kind": "Secret",
+                                         "type": "kubernetes.io/service-account-token", "metadata": {
+                                             "name": "tenant-gateway-confinement-probe",
+                                             "annotations": {"kubernetes.io/service-account.name": "default"}}},
+                       f"service-account-token Secrets can be created (filled with a token for any account): "
+                       f"{_CONFINED}"),
+            WriteProbe("POST", secrets, {"apiVersion": "v1", "kind": "Secret", "type": manifests.CREDENTIAL_SECRET_TYPE,
+                                         "metadata": {"name": "tenant-gateway-confinement-probe"},
+                                         "data": {"probe": "cHJvYmU="}},
+                       f"Secrets with data can be created in tenant namespaces: {_CONFINED}"),
+        ]
         if rolebinding:
             probes.append(_rolebinding_probe(tenant_namespace))
     return tuple(probes)
 
 
 _ROLEBINDING_OPENED = f"tenant RoleBindings can be changed (opened to everyone): {_CONFINED}"
+_SECRET_READ = f"a Secret can be read through delete ({{how}} answers with the whole object): {_CONFINED}"
+
+
+def secret_delete_probes(path: str) -> tuple[WriteProbe, ...]:
+    """The deletes that would answer with a whole Secret (`path`), each a
+    dry run: an orphaning one, a foreground one, and a plain one (the dry
+    run alone reads it without deleting it)."""
+    return tuple(WriteProbe("DELETE", path, body, _SECRET_READ.format(how=how)) for body, how in (
+        ({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"}, "an orphaning delete"),
+        ({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}, "a foreground delete"),
+        ({"apiVersion": "v1", "kind": "DeleteOptions"}, "a dry-run delete")))
+
+
+async def _secret_delete_outcomes(kube: KubeApi, tenant: str | None) -> list[tuple[WriteProbe, bool | str]]:
+    """The delete probes, aimed at a Secret that exists (one that does not
+    answers NotFound before admission runs): a binding Secret of the
+    gateway's own, made for the check in the tenant namespace probed and
+    deleted after it. A Secret that is not the gateway's is refused by the
+    same rule's type test first; the attack tests show it
+    (tests/attacks/test_credential_secrets.py)."""
+    if tenant is None:
+        return []
+    name = manifests.credential_secret_name(f"check-{uuid.uuid4().hex[:12]}")
+    secrets = f"/api/v1/namespaces/{tenant}/secrets"
+    body = {"apiVersion": "v1", "kind": "Secret", "type": manifests.CREDENTIAL_SECRET_TYPE,
+            "metadata": {"name": name, "labels": {**manifests.MANAGED_BY}}}
+    probes = secret_delete_probes(f"{secrets}/{name}")
+    try:
+        await kube.create(secrets, body)
+    except KubeAPIError as error:  # `create secrets` missing is reported as such
+        return [(probe, f"no Secret to aim at ({error.message})") for probe in probes]
+    try:
+        return [(probe, await _admitted(kube, probe)) for probe in probes]
+    finally:
+        try:
+            await kube.delete(f"{secrets}/{name}")
+        except KubeAPIError:
+            pass
 
 
 def _rolebinding_probe(tenant_namespace: str) -> WriteProbe:
@@ -326,6 +382,7 @@ POLICIES: Mapping[str, Mapping[str, Any] | None] = {
     "tenant-gateway-no-external-ips": _TENANT_NAMESPACES,
     "tenant-gateway-rolebinding-subjects": _TENANT_NAMESPACES,
     "tenant-gateway-no-gateway-grade-tokens": _TENANT_NAMESPACES,
+    "tenant-gateway-credential-secrets": _TENANT_NAMESPACES,
     "tenant-gateway-member-accounts": _TENANT_NAMESPACES,
     "tenant-gateway-no-external-names": _TENANT_NAMESPACES,
     "tenant-gateway-volume-sources": _TENANT_NAMESPACES,
@@ -566,12 +623,15 @@ async def probe_permissions(kube: KubeApi, tenant_cluster_role: str) -> Permissi
         async with limit:
             return await _admitted(kube, write)
 
-    answers, admitted, gaps, reviews = await asyncio.gather(
+    answers, admitted, gaps, reviews, deletes = await asyncio.gather(
         asyncio.gather(*(allowed(p) for p in probes)),
         asyncio.gather(*(outcome(w) for w in writes)),
         _policy_gaps(kube),
-        asyncio.gather(*(rules(n) for n in namespaces)))
+        asyncio.gather(*(rules(n) for n in namespaces)),
+        _secret_delete_outcomes(kube, tenant))
     bypasses = tuple(w.admitted for w, was in zip(writes, admitted) if was is True) + gaps
     unproven += tuple(w.unproven(was) for w, was in zip(writes, admitted) if isinstance(was, str))
+    bypasses += tuple(w.admitted for w, was in deletes if was is True)
+    unproven += tuple(w.unproven(was) for w, was in deletes if isinstance(was, str))
     return evaluate(required, dict(zip(probes, answers)), reviews=dict(zip(namespaces, reviews)),
                     bypasses=bypasses, unproven=unproven)

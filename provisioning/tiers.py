@@ -41,7 +41,10 @@ each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
   cloud load balancer; 0 unless the tier says otherwise.
 The long form also takes `objectBytes`, `podSecurity` and `sharedImages`:
 per-object byte caps, the Pod Security level and the images pods may run
-from the node's cache (provisioning.workload_rules).
+from the node's cache (provisioning.workload_rules); and `members` (50) and
+`liveCredentials` (200): how many members a workspace may have and how
+many issued credentials it may hold at once. The quota gets room for what
+the gateway makes for those (`Tier.quota`) on top of the counts above.
 A changed tier reaches existing workspaces on resume and with
 `tenant-gateway reconcile` (the quota's `hard`, the LimitRange's defaults,
 and the namespace's Pod Security level and caps).
@@ -161,6 +164,17 @@ def with_shared_bounds(hard: Mapping[str, str]) -> dict[str, str]:
     return bounded
 
 
+DEFAULT_MEMBERS = 50
+"""How many members a workspace of a tier may have (invitations pending included)."""
+DEFAULT_LIVE_CREDENTIALS = 200
+"""How many issued credentials (each bound to a Secret) a workspace may hold at once."""
+_MAX_ALLOWANCE = 10_000
+# The quota keys that count what the gateway itself makes in a namespace:
+# a ServiceAccount and a RoleBinding per member, a Secret per live credential.
+_MEMBER_OBJECT_KEYS = ("count/serviceaccounts", "serviceaccounts", "count/rolebindings.rbac.authorization.k8s.io")
+_SECRET_KEYS = ("secrets", "count/secrets")
+
+
 @dataclass(frozen=True)
 class Tier:
     name: str
@@ -170,6 +184,23 @@ class Tier:
     rules: WorkloadRules = field(default_factory=WorkloadRules)
     """Bytes per object, Pod Security level and cached images
     (provisioning.workload_rules): what admission holds the namespace to."""
+    members: int = DEFAULT_MEMBERS
+    live_credentials: int = DEFAULT_LIVE_CREDENTIALS
+
+    @property
+    def quota(self) -> dict[str, str]:
+        """`hard` as the namespace's ResourceQuota holds it: with room for
+        what the gateway makes there itself (each member's ServiceAccount
+        and RoleBinding, each live credential's binding Secret) beside the
+        tenant's own, so none of it uses up what the tier gives the tenant.
+        The gateway keeps within that room: it refuses a member or a
+        credential past `members` or `live_credentials`."""
+        quota = dict(self.hard)
+        for keys, room in ((_MEMBER_OBJECT_KEYS, self.members), (_SECRET_KEYS, self.live_credentials)):
+            for key in keys:
+                if key in quota:
+                    quota[key] = str(int(quantity_value(quota[key])) + room)
+        return quota
 
     def summary(self) -> dict[str, str]:
         """The contract's `quota: {cpu, memory}` view of `hard`."""
@@ -241,6 +272,12 @@ def _bytes(where: str, text: str) -> Decimal:
     return value
 
 
+def _allowance(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_ALLOWANCE:
+        raise ValueError(f"{where} must be a whole number from 1 to {_MAX_ALLOWANCE}")
+    return value
+
+
 def with_cluster_images(tiers: Mapping[str, Tier], images: tuple[str, ...]) -> dict[str, Tier]:
     """Every tier with the cluster's own shared images (GATEWAY_SHARED_IMAGES)
     added to its allow-list."""
@@ -264,7 +301,7 @@ def parse_tiers(text: str) -> dict[str, Tier]:
             raise ValueError(f"tier name {name!r} must be a lowercase DNS label")
         if isinstance(body, dict) and "hard" in body:
             unknown = set(body) - {"hard", "defaultLimits", "defaultRequests", "objectBytes", "podSecurity",
-                                   "sharedImages"}
+                                   "sharedImages", "members", "liveCredentials"}
             if unknown:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
             # Left out, cpu and memory take the defaults; ephemeral storage is
@@ -276,7 +313,9 @@ def parse_tiers(text: str) -> dict[str, Tier]:
             limits, requests = _with_ephemeral_defaults(limits, requests)
             rules = parse_rules(name, body, _bytes)
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests,
-                               rules)
+                               rules, members=_allowance(f"{name}.members", body.get("members", DEFAULT_MEMBERS)),
+                               live_credentials=_allowance(f"{name}.liveCredentials",
+                                                           body.get("liveCredentials", DEFAULT_LIVE_CREDENTIALS)))
         else:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))
     return tiers

@@ -30,6 +30,7 @@ from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.kube.client import KubeApi, KubeClient
 from provisioning.kube.tokens import request_token
+from provisioning.revocation import Sweeper
 from provisioning.models import IssuedToken, User
 from proxy import keys
 from proxy.auth.authenticating import Authenticator
@@ -46,7 +47,7 @@ from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
 from proxy.passthrough.upstream import Upstream, UpstreamApi
-from proxy.routes import accounts, console, device, health, members, openapi, sso, workspaces
+from proxy.routes import accounts, console, credentials, device, health, members, openapi, sso, workspaces
 from proxy.routes.ratelimit import CounterSweeper
 from proxy.server.front import answer_expect, front_middleware, response_hook
 from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
@@ -175,6 +176,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         # Most of what is left of the stop: a database that is restarting still gets the rows.
         await writer.stop(timeout=max(0.5, drain.remaining() - 2.0))
 
+    async def credential_sweep(app: web.Application) -> AsyncIterator[None]:
+        sweeper = Sweeper(app[keys.DATABASE], app[keys.KUBE])
+        await sweeper.start()
+        yield
+        await sweeper.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
+
     async def pass_through_upstream(app: web.Application) -> AsyncIterator[None]:
         endpoint = app[keys.KUBE].endpoint
         app[keys.UPSTREAM] = client = upstream or Upstream(
@@ -235,12 +242,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await trimmer.stop()
 
     app.cleanup_ctx.extend([identity_providers, database, rate_limit_counters, events_and_sessions, kubernetes,
-                            audit, pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
+                            audit, credential_sweep, pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
                             metrics_listener(settings)])
     app.on_shutdown.append(end_streams)
     # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).
     for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, members.routes,
-                  openapi.routes, console.routes):
+                  credentials.routes, openapi.routes, console.routes):
         for route in table:
             assert isinstance(route, web.RouteDef)
             app.router.add_route(route.method, route.path, route.handler, expect_handler=answer_expect, **route.kwargs)

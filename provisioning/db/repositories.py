@@ -153,9 +153,9 @@ async def create_session(db: asyncpg.Connection | Database, session_id: uuid.UUI
         f"""WITH active AS (SELECT * FROM users WHERE id = $8 AND status = 'active' FOR SHARE),
                  opened AS (INSERT INTO sessions (id, user_id, expires_at) SELECT $7, id, $9 FROM active
                             RETURNING 1),
-                 audited AS ({_INSERT_AUDIT} FROM opened)
+                 audited AS ({INSERT_AUDIT} FROM opened)
             SELECT * FROM active""",
-        *_audit_row(event), session_id, user_id, expires_at,
+        *audit_row(event), session_id, user_id, expires_at,
     )
     return _user(row) if row else None
 
@@ -258,8 +258,8 @@ async def approve_device_code(db: Database, user_code_hash: bytes, user_id: uuid
                UPDATE device_codes SET approved_by = $8
                WHERE user_code_hash = $7 AND approved_by IS NULL AND consumed_at IS NULL AND expires_at > now()
                RETURNING 1),
-           audited AS ({_INSERT_AUDIT} FROM approved)
-           SELECT 1 FROM approved""", *_audit_row(event), user_code_hash, user_id)
+           audited AS ({INSERT_AUDIT} FROM approved)
+           SELECT 1 FROM approved""", *audit_row(event), user_code_hash, user_id)
     return row is not None
 
 
@@ -303,8 +303,8 @@ async def redeem_device_code(db: Database, device_hash: bytes, session_id: uuid.
 
 # Every audit row is written by this statement: alone, with a FROM (one row
 # per row of a CTE) or with a WHERE (a row only if a condition holds).
-# Parameters $1-$6 are `_audit_row(event)`.
-_INSERT_AUDIT = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
+# Parameters $1-$6 are `audit_row(event)`.
+INSERT_AUDIT = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_address, details)
                    SELECT $1, $2, $3, $4, $5::inet, $6::jsonb"""
 
 async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, service_account: str,
@@ -411,9 +411,9 @@ async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_acc
         f"""WITH done AS (
                UPDATE workspaces SET status = 'provisioned', k8s_sa_uid = $8, updated_at = now()
                WHERE id = $7 AND status = 'provisioning' RETURNING *),
-           audited AS ({_INSERT_AUDIT} FROM done)
+           audited AS ({INSERT_AUDIT} FROM done)
            SELECT * FROM done""",
-        *_audit_row(event), workspace_id, service_account_uid,
+        *audit_row(event), workspace_id, service_account_uid,
     )
     return workspace_from_row(row) if row else None
 
@@ -422,38 +422,20 @@ async def finish_provisioning(db: Database, workspace_id: uuid.UUID, service_acc
 
 
 
-def _audit_row(event: AuditEvent) -> tuple[Any, ...]:
+def audit_row(event: AuditEvent) -> tuple[Any, ...]:
     """A new row's values, in the column order every audit INSERT uses."""
     return (uuid.uuid4(), event.user_id, event.workspace_id, event.action, event.ip_address,
             json.dumps(event.details, default=str))
 
 
 async def record_audit(connection: asyncpg.Connection | Database, event: AuditEvent) -> uuid.UUID:
-    row = _audit_row(event)
+    row = audit_row(event)
     audit_id: uuid.UUID = row[0]
     if isinstance(connection, Database):
-        await connection.fetchrow(_INSERT_AUDIT, *row)
+        await connection.fetchrow(INSERT_AUDIT, *row)
     else:
-        await connection.execute(_INSERT_AUDIT, *row)
+        await connection.execute(INSERT_AUDIT, *row)
     return audit_id
-
-
-async def record_issuance(db: Database, workspace: Workspace, member_id: uuid.UUID, service_account_uid: str,
-                          event: AuditEvent) -> bool:
-    """The issuance's audit row, written only if the workspace and the
-    membership are still as they were read before the token was minted:
-    provisioned, and member `member_id`'s account the same one. False means
-    the workspace was suspended (or resumed afresh), or the member removed
-    or their account revoked, meanwhile."""
-    row = await db.fetchrow(
-        f"""{_INSERT_AUDIT}
-            WHERE EXISTS (SELECT 1 FROM workspaces w JOIN workspace_members m ON m.workspace_id = w.id
-                          WHERE w.id = $7 AND w.status = 'provisioned'
-                            AND m.user_id = $8 AND m.service_account_uid = $9)
-            RETURNING id""",
-        *_audit_row(event), workspace.id, member_id, service_account_uid,
-    )
-    return row is not None
 
 
 _AUDIT_COLUMNS = ("id", "user_id", "workspace_id", "action", "ip_address", "details")
@@ -466,7 +448,7 @@ async def record_audit_batch(db: Database, events: list[AuditEvent]) -> None:
     All or none: a row PostgreSQL refuses fails the batch. The audit
     writer's own work, not a request's: not counted as a checkout."""
     async with db.connection(counted=False) as connection:
-        await connection.copy_records_to_table("audit_logs", records=[_audit_row(e) for e in events],
+        await connection.copy_records_to_table("audit_logs", records=[audit_row(e) for e in events],
                                                columns=_AUDIT_COLUMNS)
 
 

@@ -31,9 +31,10 @@ def credential_id(token: str) -> str | None:
 
 
 async def request_token(kube: KubeApi, namespace: str, service_account: str, ttl_seconds: int,
-                        audiences: list[str] | None = None) -> IssuedToken:
+                        audiences: list[str] | None = None, bound_to: dict[str, str] | None = None) -> IssuedToken:
     """Mint a token; the expiry is the one the API server granted, which may be
     shorter than asked (it shortens rather than refuses above its maximum).
+    `bound_to` (a Secret's name and uid): the token lives only while it does.
 
     A token the API server would not mint (its ServiceAccount being
     replaced, a refusal, an answer without a token) is the contract's 503
@@ -43,7 +44,7 @@ async def request_token(kube: KubeApi, namespace: str, service_account: str, ttl
     try:
         answer = await kube.create(
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
-            token_request(ttl_seconds, audiences),
+            token_request(ttl_seconds, audiences, bound_to),
         )
         status = answer.get("status") or {}
         token, expiry = status.get("token"), status.get("expirationTimestamp")

@@ -12,6 +12,7 @@ import ssl
 import sys
 from typing import Callable, NoReturn, Sequence
 
+from provisioning import revocation
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database, start_embedded_postgres
@@ -100,14 +101,21 @@ def cmd_check(settings: Settings) -> int:
     return 0 if report.ok else 1
 
 
-async def _reconcile(settings: Settings) -> list[Reconciled]:
+async def _reconcile(settings: Settings) -> tuple[list[Reconciled], int]:
+    """The workspaces reconciled, and how many expired credentials' binding
+    Secrets were swept after them."""
     kube = await KubeClient.from_kubeconfig(settings.kubeconfig)
     try:
         if not await kube.reachable():
             raise ClusterUnavailable(f"the Kubernetes API server at {kube.endpoint.server} is unreachable")
         db = await _with_database(database_dsn(settings), apply_migrations=False)
         try:
-            return await reconcile(db, kube, settings.tiers, cluster_role=settings.tenant_clusterrole)
+            reconciled = await reconcile(db, kube, settings.tiers, cluster_role=settings.tenant_clusterrole)
+            swept = 0
+            if not any(workspace.stopped for workspace in reconciled):
+                while batch := await revocation.sweep(db, kube):
+                    swept += batch
+            return reconciled, swept
         finally:
             await db.close()
     finally:
@@ -117,17 +125,20 @@ async def _reconcile(settings: Settings) -> list[Reconciled]:
 def cmd_reconcile(settings: Settings) -> int:
     """Existing workspaces to their tiers, and cut-short onboardings
     finished: one line per workspace changed or left alone (nothing printed
-    when all are up to date). Exit 0 when every workspace converged; 1 when
+    when all are up to date), and the binding Secrets of expired
+    credentials deleted (one line, if any). Exit 0 when every workspace converged; 1 when
     some were left alone (an operator's turn: a tier gone, a name taken); 2
     if the cluster or the database could not be reached, at the start or
     part-way."""
     try:
-        reconciled = asyncio.run(_reconcile(settings))
+        reconciled, swept = asyncio.run(_reconcile(settings))
     except GatewayError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
     for workspace in reconciled:
         print(workspace.line())
+    if swept:
+        print(f"{swept} expired credentials' binding Secrets deleted")
     if any(workspace.stopped for workspace in reconciled):
         return 2
     return 0 if all(workspace.converged for workspace in reconciled) else 1

@@ -131,6 +131,15 @@ DOCUMENT: dict[str, Any] = {
             errors=(400, 403, 404, 503), params=[_path_id(), *(
                 {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
                 for name in ("provider", "group"))])},
+        "/api/v1/credentials": {"get": _op(
+            "Issued kubeconfigs and tokens, newest first (at most 500): the caller's own; with workspace_id, a "
+            "workspace admin's whole workspace; gateway admins all. Each with issued/expires/revoked times, "
+            "address, user agent and last use; never the token", 200, errors=(400, 403, 503),
+            params=[_query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid")])},
+        "/api/v1/credentials/{id}": {"delete": _op(
+            "Revoke one credential: its binding Secret is deleted and the API server refuses the token "
+            "(after at most its own ~10 s authentication cache). Own credentials, a workspace admin's "
+            "workspace, gateway admins: others 404", 204, errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/roles": {"get": _op("The member roles, their ClusterRoles and what each may do, in words", 200,
                                      errors=(403,))},
         "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 409, 503),

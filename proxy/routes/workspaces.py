@@ -106,7 +106,9 @@ async def kubeconfig(request: web.Request) -> web.Response:
     else:
         await issuance_allowed(request, who.user.id)
         text = await credentials.issue_kubeconfig(
-            db, kube, settings.cluster_roles, who.user, _workspace_query(request), ip_address=client_ip(request),
+            db, kube, settings.cluster_roles, settings.tiers, who.user, _workspace_query(request),
+            ip_address=client_ip(request),
+            user_agent=request.headers.get("User-Agent"),
             ttl_seconds=settings.token_ttl_seconds, public_server=public_server,
             public_ca_base64=app[keys.PUBLIC_CA_BASE64],
         )
@@ -124,11 +126,12 @@ async def token(request: web.Request) -> web.Response:
     settings, kube = app[keys.SETTINGS], app[keys.KUBE]
     await issuance_allowed(request, who.user.id)
     seat, issued = await credentials.issue_token(
-        app[keys.DATABASE], kube, settings.cluster_roles, who.user, _workspace_query(request),
-        ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds, via="credential")
+        app[keys.DATABASE], kube, settings.cluster_roles, settings.tiers, who.user, _workspace_query(request),
+        ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds, kind="token",
+        user_agent=request.headers.get("User-Agent"))
     return web.json_response({
         "token": issued.token, "expires_at": issued.expires_at.isoformat(), "namespace": seat.workspace.namespace,
-        "service_account": seat.service_account, "role": seat.role,
+        "service_account": seat.service_account, "role": seat.role, "credential": issued.issuance_id,
         "server": settings.public_server or kube.endpoint.server,
         "certificate_authority_data": app[keys.PUBLIC_CA_BASE64],
     }, headers={"Cache-Control": "no-store"})

@@ -13,7 +13,8 @@ from provisioning.kube.errors import KubeAlreadyExists, KubeNotFound
 
 class FakeTokenIssuer:
     """A FAKE gateway client: it answers TokenRequests only, each with a new
-    token that lives an hour. Its endpoint is where the gateway's own
+    token that lives an hour (and makes and deletes the Secrets issued
+    tokens are bound to, checking a token is bound to one that is there). Its endpoint is where the gateway's own
     upstream goes when no `upstream` is passed. Anything else the gateway
     could ask of its client (onboarding, suspension) fails the test loudly:
     the component ring has no cluster to do it on."""
@@ -23,16 +24,48 @@ class FakeTokenIssuer:
     def __init__(self, server: str = "https://127.0.0.1:1") -> None:
         self.endpoint = ClusterEndpoint(server, None)
         self.issued: list[str] = []
+        self.secrets: dict[str, str] = {}
+        """Binding Secrets held: name -> uid."""
+        self.bound_to: list[str] = []
+        """The binding Secret of each token minted, in order."""
+        self.unbound: list[str] = []
+        """The binding Secrets deleted, in order (revocations and sweeps)."""
 
     async def reachable(self) -> bool:
         """What /readyz asks: the FAKE cluster is always there."""
         return True
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/secrets"):
+            return self._bind(path, body)
         assert path.endswith("/serviceaccounts/sa-tenant-admin/token"), path
+        return self._mint(body)
+
+    def _mint(self, body: dict[str, Any]) -> dict[str, Any]:
+        bound = ((body.get("spec") or {}).get("boundObjectRef") or {})
+        if bound:
+            self.bound_to.append(bound["name"])
+            assert self.secrets.get(bound["name"]) == bound.get("uid"), f"bound to a Secret that is not there: {bound}"
         self.issued.append(f"token-{len(self.issued) + 1}")
         expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
         return {"status": {"token": self.issued[-1], "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+    def _bind(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """An issuance's binding Secret (provisioning.credentials): of the
+        gateway's type, without data, as admission holds it to."""
+        assert body.get("type") == "tenant-gateway.io/credential" and not body.get("data"), body
+        name = body["metadata"]["name"]
+        if name in self.secrets:
+            raise KubeAlreadyExists(409, "AlreadyExists", f"secrets {name!r} already exists")
+        self.secrets[name] = str(uuid.uuid4())
+        return {**copy.deepcopy(body), "metadata": {**body["metadata"], "uid": self.secrets[name]}}
+
+    def _unbind(self, path: str) -> dict[str, Any]:
+        name = path.rsplit("/", 1)[-1]
+        if self.secrets.pop(name, None) is None:
+            raise KubeNotFound(404, "NotFound", f"secrets {name!r} not found")
+        self.unbound.append(name)
+        return {"kind": "Status", "status": "Success"}
 
     async def request(self, method: str, path: str, body: dict[str, Any] | None = None,
                       query: dict[str, str] | None = None,
@@ -46,6 +79,8 @@ class FakeTokenIssuer:
         self._not_a_token_request("PATCH", path)
 
     async def delete(self, path: str) -> dict[str, Any]:
+        if "/secrets/" in path:
+            return self._unbind(path)
         self._not_a_token_request("DELETE", path)
 
     async def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
@@ -89,16 +124,15 @@ class FakeCluster(FakeTokenIssuer):
         return path.startswith("/api") and collection.endswith(self._KINDS)
 
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/secrets"):
+            return self._bind(path, body)
         if path.endswith("/token"):
             account_path = path.removesuffix("/token")
             account = account_path.rsplit("/", 1)[-1]
             if account != "sa-tenant-admin" and account_path not in self.objects:
                 raise KubeNotFound(404, "NotFound", f"serviceaccounts {account!r} not found")
             self.token_accounts.append(account)
-            self.issued.append(f"token-{len(self.issued) + 1}")
-            expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
-            return {"status": {"token": self.issued[-1],
-                               "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+            return self._mint(body)
         if not path.endswith(self._KINDS):
             self._not_a_token_request("POST", path)
         item = f"{path}/{body['metadata']['name']}"
@@ -129,6 +163,8 @@ class FakeCluster(FakeTokenIssuer):
         return copy.deepcopy(self.objects[path])
 
     async def delete(self, path: str) -> dict[str, Any]:
+        if "/secrets/" in path:
+            return self._unbind(path)
         if not self._kept(path):
             self._not_a_token_request("DELETE", path)
         if path not in self.objects:

@@ -69,7 +69,11 @@ def test_confinement_probes_aim_at_a_tenant_namespace_when_there_is_one() -> Non
     assert [p.method for p in confinement_probes(None)] == ["POST", "POST", "POST"]
     probes = confinement_probes("tenant-x")
     assert [(p.method, p.path) for p in probes[3:]] == [("PATCH", "/api/v1/namespaces/tenant-x")] * 2 + [
+        ("POST", "/api/v1/namespaces/tenant-x/secrets")] * 2 + [
         ("PATCH", "/apis/rbac.authorization.k8s.io/v1/namespaces/tenant-x/rolebindings/tenant-admin")]
+    token_secret, secret_with_data = probes[5].body, probes[6].body
+    assert token_secret["type"] == "kubernetes.io/service-account-token"
+    assert secret_with_data["type"] == "tenant-gateway.io/credential" and secret_with_data["data"]
     assert probes[1].body["metadata"]["ownerReferences"] and probes[1].body["metadata"]["name"].startswith("tenant-")
     assert probes[2].body["spec"]["finalizers"] and probes[2].body["metadata"]["name"].startswith("tenant-")
 
@@ -145,7 +149,8 @@ def test_the_forbidden_probes_ask_each_verb_that_matters() -> None:
     """A fixed short list let `watch` secrets, `bind` admin, `create` pods and
     `get` pods/exec through."""
     asked = {str(p) for p in FORBIDDEN}
-    for line in ("watch secrets cluster-wide", "create secrets cluster-wide", "create pods cluster-wide",
+    for line in ("watch secrets cluster-wide", "get secrets cluster-wide", "patch secrets cluster-wide",
+                 "deletecollection secrets cluster-wide", "create pods cluster-wide",
                  "get pods/exec cluster-wide", "create pods/attach cluster-wide", "create pods/portforward cluster-wide",
                  "bind clusterroles.rbac.authorization.k8s.io named admin cluster-wide",
                  "bind clusterroles.rbac.authorization.k8s.io named edit cluster-wide",

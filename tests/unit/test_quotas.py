@@ -58,6 +58,25 @@ def test_what_is_not_a_quantity_is_refused(bad: str) -> None:
         quantity_value(bad)
 
 
+# The shared bounds' counts with room for what the gateway makes in a
+# namespace (Tier.quota): 50 members' accounts and bindings, 200 credentials' Secrets.
+WITH_ROOM = {"count/serviceaccounts": "70", "count/rolebindings.rbac.authorization.k8s.io": "70", "secrets": "250"}
+
+
+def test_the_quota_has_room_for_what_the_gateway_makes_beside_the_tenants_own() -> None:
+    tier = parse_tiers("t: {hard: {requests.cpu: '2', count/serviceaccounts: '5'}, members: 3, liveCredentials: 7}")["t"]
+    assert tier.hard["count/serviceaccounts"] == "5" and tier.quota["count/serviceaccounts"] == "8"
+    assert tier.quota["count/rolebindings.rbac.authorization.k8s.io"] == "23"
+    assert tier.quota["secrets"] == "57" and tier.hard["secrets"] == "50"
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "1.5", "true", "10001"])
+def test_a_tier_allows_a_whole_number_of_members_and_credentials(bad: str) -> None:
+    for key in ("members", "liveCredentials"):
+        with pytest.raises(ValueError, match=key):
+            parse_tiers(f"t: {{hard: {{requests.cpu: '2'}}, {key}: {bad}}}")
+
+
 def quota(hard: dict[str, str]) -> dict[str, object]:
     return {"metadata": {"name": manifests.QUOTA_NAME}, "spec": {"hard": hard}}
 
@@ -68,14 +87,15 @@ def test_an_old_quota_gets_the_missing_bounds_and_loses_what_the_tier_dropped() 
     change = manifests.quota_convergence(old, tier)
     assert change is not None
     assert change.patch == {"spec": {"hard": {
-        "requests.cpu": "2", "limits.memory": "4Gi", "count/widgets.example.com": None, **SHARED_BOUNDS}}}
+        "requests.cpu": "2", "limits.memory": "4Gi", "count/widgets.example.com": None, **SHARED_BOUNDS,
+        **WITH_ROOM}}}
     assert "requests.cpu 4 -> 2" in change.described and "count/widgets.example.com 5 -> unset" in change.described
     assert "services.nodeports unset -> 0" in change.described
 
 
 def test_a_quota_as_the_api_server_wrote_it_back_needs_nothing() -> None:
     tier = parse_tiers("t: {requests.cpu: 1000m, limits.memory: 1024Mi, requests.storage: 50Gi}")["t"]
-    stored = {**SHARED_BOUNDS, "requests.cpu": "1", "limits.memory": "1Gi", "requests.storage": "50Gi"}
+    stored = {**SHARED_BOUNDS, "requests.cpu": "1", "limits.memory": "1Gi", "requests.storage": "50Gi", **WITH_ROOM}
     assert manifests.quota_convergence(quota(stored), tier) is None
 
 
@@ -83,11 +103,11 @@ def test_the_quota_and_limit_range_steps_converge_to_the_tiers() -> None:
     tier = DEFAULT_TIERS["basic"]
     steps = {step.kind: step for step in manifests.bounds_steps("tenant-u", "wid", tier)}
     assert list(steps) == ["ResourceQuota", "LimitRange", "NetworkPolicy"]
-    assert steps["ResourceQuota"].body["spec"]["hard"] == dict(tier.hard)
+    assert steps["ResourceQuota"].body["spec"]["hard"] == tier.quota
     assert steps["NetworkPolicy"].converge is None
     quota_converge, limits_converge = steps["ResourceQuota"].converge, steps["LimitRange"].converge
     assert quota_converge is not None and limits_converge is not None
-    assert quota_converge(quota(dict(tier.hard))) is None
+    assert quota_converge(quota(tier.quota)) is None
     assert limits_converge(steps["LimitRange"].body) is None
 
 

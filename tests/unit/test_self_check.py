@@ -49,6 +49,9 @@ class FakeKube:
     async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body)
 
+    async def delete(self, path: str) -> dict[str, Any]:
+        return await self.request("DELETE", path)
+
     async def list_items(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         return list((await self.request("GET", path)).get("items", []))
 
@@ -154,6 +157,8 @@ class Cluster:
         self.required = set(required_permissions("tenant-admin"))
         self.patched: list[str] = []
         self.reviewed: list[str] = []
+        self.check_secrets: list[str] = []
+        """Secrets the check made for its delete probes and has not deleted yet."""
 
     async def __call__(self, method: str, path: str, body: Any, query: dict[str, str]) -> dict[str, Any]:
         rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/"
@@ -176,6 +181,12 @@ class Cluster:
                 raise _status(404, "NotFound")
             return {"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                 "name": self.bindings[ns]}}
+        if method == "POST" and path.endswith("/secrets") and body["metadata"]["name"].startswith("credential-check-"):
+            self.check_secrets.append(path)  # the Secret check's delete probes aim at: made for real, then deleted
+            return {}
+        if method == "DELETE" and "/secrets/credential-check-" in path and query.get("dryRun") != "All":
+            self.check_secrets.remove(path.rsplit("/", 1)[0])
+            return {}
         assert query.get("dryRun") == "All", (method, path)
         if method == "PATCH" and path.startswith(rbac):
             self.patched.append(path)
@@ -266,3 +277,23 @@ def test_serve_starts_on_an_unproven_probe_and_says_so(monkeypatch: pytest.Monke
         cli._self_check(Settings(), allow_excess=False)
     (record,) = [r for r in caplog.records if r.getMessage() == "permission self-check: not refused, but worth a look"]
     assert [line.startswith("not shown refused") for line in record.unproven] == [True]  # type: ignore[attr-defined]
+
+
+async def test_no_delete_may_read_a_secret_and_the_secret_aimed_at_is_deleted_after() -> None:
+    """The check makes a binding Secret of its own to aim the delete probes
+    at (one that does not exist answers NotFound before admission runs),
+    and deletes it for real afterwards; each dry-run delete that would
+    answer with the whole object must be refused."""
+    cluster = Cluster(["tenant-a"], {"tenant-a": "tenant-admin"})
+    assert (await _report(cluster)).ok
+    assert cluster.check_secrets == []
+    cluster.confined = False
+    lines = (await _report(cluster)).lines()
+    for how in ("an orphaning delete", "a foreground delete", "a dry-run delete"):
+        assert f"excessive: a Secret can be read through delete ({how} answers with the whole object): " \
+               "ValidatingAdmissionPolicy tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in " \
+               "force for this credential" in lines, how
+    assert "excessive: service-account-token Secrets can be created (filled with a token for any account): " \
+           "ValidatingAdmissionPolicy tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in force " \
+           "for this credential" in lines
+    assert cluster.check_secrets == []
