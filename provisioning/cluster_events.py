@@ -69,7 +69,7 @@ COLUMNS = ("audit_id", "stage", "time", "verb", "resource", "subresource", "name
 def parse_event_list(document: Any) -> list[ClusterEvent]:
     """The events of an EventList worth keeping; NotAnEventList if it is none."""
     if not isinstance(document, dict) or document.get("kind") != "EventList" \
-            or document.get("apiVersion") != API_VERSION or not isinstance(document.get("items", []), list):
+            or document.get("apiVersion") != API_VERSION or not isinstance(document.get("items", []) if document.get("items") is not None else [], list):
         raise NotAnEventList(f"the body must be an {API_VERSION} EventList")
     events = (parse_event(item) for item in document.get("items") or [])
     return [event for event in events if event is not None]
