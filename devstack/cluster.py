@@ -21,6 +21,12 @@ managed clusters run them: system:serviceaccount:kube-system:<controller>).
 Were the controllers cluster administrators, the admission policies that let
 only administrators through (a suspended namespace) would let the garbage
 collector through too, and the suite would not see what a real cluster does.
+
+The API server sends its audit log (metadata only) to the gateway's audit
+listener on `audit_webhook_port` (devstack.auditing says what it records and
+the files it writes: `audit-policy.yaml`, `audit-webhook.kubeconfig`, and
+the audit CA and its two certificates under pki/); `audit_environment()` is
+the gateway's side.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Callable
 
 import yaml
 
-from devstack import pki
+from devstack import auditing, pki
 from devstack.node import NODE_NAME, LocalNode, node_address
 from devstack.nodeparts import NodeParts, NodePartsError, ensure_node_parts
 from devstack.processes import Children, ClusterStartError, free_port, wait_for
@@ -190,6 +196,9 @@ class LocalCluster:
     state_dir: Path
     bin_dir: Path
     server: str = ""
+    audit_webhook_port: int = 0
+    """Where the API server sends its audit batches (devstack.auditing):
+    the gateway's GATEWAY_AUDIT_LISTEN is 127.0.0.1 and this port."""
     node: LocalNode | None = None
     _children: Children = field(init=False)
 
@@ -207,6 +216,23 @@ class LocalCluster:
     @property
     def ca_file(self) -> Path:
         return self.state_dir / "pki" / "ca.crt"
+
+    @property
+    def audit_client_ca(self) -> Path:
+        """GATEWAY_AUDIT_CLIENT_CA: the CA of the API server's audit client certificate."""
+        return self.state_dir / "pki" / f"{auditing.AUDIT_CA}.crt"
+
+    @property
+    def audit_listener_pair(self) -> tuple[Path, Path]:
+        """GATEWAY_AUDIT_TLS_CERT_FILE and _KEY_FILE: the certificate the API server trusts there."""
+        pki_dir = self.state_dir / "pki"
+        return pki_dir / f"{auditing.AUDIT_LISTENER}.crt", pki_dir / f"{auditing.AUDIT_LISTENER}.key"
+
+    def audit_environment(self) -> dict[str, str]:
+        """The gateway's GATEWAY_AUDIT_* variables for this cluster's audit webhook."""
+        cert, key = self.audit_listener_pair
+        return {"GATEWAY_AUDIT_LISTEN": f"127.0.0.1:{self.audit_webhook_port}", "GATEWAY_AUDIT_TLS_CERT_FILE": str(cert),
+                "GATEWAY_AUDIT_TLS_KEY_FILE": str(key), "GATEWAY_AUDIT_CLIENT_CA": str(self.audit_client_ca)}
 
     @property
     def kubectl(self) -> Path:
@@ -231,6 +257,7 @@ class LocalCluster:
             self._wait_for(lambda: self._http_ok(f"{etcd_url}/health"), "etcd", deadline)
             port = free_port()
             self.server = f"https://127.0.0.1:{port}"
+            self.audit_webhook_port = free_port()
             self._write_kubeconfigs(pki_dir)
             self._start_apiserver(pki_dir, etcd_url, port)
             self._wait_for(self._apiserver_ready, "kube-apiserver", deadline)
@@ -269,6 +296,7 @@ class LocalCluster:
             # A state dir from before the gateway took its ServiceAccount's name.
             self._issue_gateway_cert(pki_dir)
         self._issue_missing_identities(pki_dir)  # a state dir from before the node
+        auditing.ensure_audit_pki(pki_dir)  # and from before the audit webhook
 
     def _write_pki(self, pki_dir: Path) -> None:
         tmp = pki_dir.with_name("pki.tmp")
@@ -374,6 +402,8 @@ class LocalCluster:
             f"--kubelet-client-key={pki_dir / 'kubelet-client.key'}",
             f"--kubelet-certificate-authority={pki_dir / 'ca.crt'}",
             "--profiling=false",
+            # The audit log, sent to the gateway's audit listener (devstack.auditing).
+            *auditing.write_config(self.state_dir, pki_dir, self.audit_webhook_port),
         ])
 
     def _start_controller_manager(self, pki_dir: Path) -> None:

@@ -7,7 +7,8 @@ resource, listed in the order they start (they stop in reverse): identity
 providers, database, the rate-limit counters' sweeper, event listener and
 sessions, the gateway's Kubernetes client, the audit writer, the
 pass-through's upstream, tenant tokens, open streams, the gate's workspace
-directory, the heap trimmer, the metrics listener. Tests build the very same app. Each stop is bounded by what is
+directory, the heap trimmer, the metrics listener, the cluster audit
+listener (proxy.server.audit_listener). Tests build the very same app. Each stop is bounded by what is
 left of the stop's deadline (proxy.http.draining), so a database or API server
 that is gone cannot hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 """
@@ -47,10 +48,11 @@ from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
 from proxy.passthrough.upstream import Upstream, UpstreamApi
-from proxy.routes import accounts, console, credentials, device, health, members, openapi, sso, workspaces
+from proxy.routes import accounts, activity, console, credentials, device, health, members, openapi, sso, workspaces
 from proxy.routes.ratelimit import CounterSweeper
 from proxy.server.front import answer_expect, front_middleware, response_hook
 from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
+from proxy.server.audit_listener import audit_listener
 from proxy.server.metrics_listener import metrics_listener
 from proxy.settings import Settings
 
@@ -243,11 +245,11 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
     app.cleanup_ctx.extend([identity_providers, database, rate_limit_counters, events_and_sessions, kubernetes,
                             audit, credential_sweep, pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
-                            metrics_listener(settings)])
+                            metrics_listener(settings), audit_listener(settings)])
     app.on_shutdown.append(end_streams)
     # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).
     for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, members.routes,
-                  credentials.routes, openapi.routes, console.routes):
+                  credentials.routes, activity.routes, openapi.routes, console.routes):
         for route in table:
             assert isinstance(route, web.RouteDef)
             app.router.add_route(route.method, route.path, route.handler, expect_handler=answer_expect, **route.kwargs)

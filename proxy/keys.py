@@ -35,6 +35,8 @@ DRAIN = web.AppKey("drain", Drain)
 """The graceful stop's state and deadline (proxy.http.draining)."""
 METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")
 """Where the metrics listener is bound (host, port), once the app has started."""
+AUDIT_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("audit_address")
+"""Where the cluster audit listener is bound (host, port), once started; absent when it is off."""
 PUBLIC_CA_BASE64 = web.AppKey("public_ca_base64", str)
 """The CA written into issued kubeconfigs: GATEWAY_PUBLIC_CA_FILE, else the credential's."""
 

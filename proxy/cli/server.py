@@ -25,7 +25,7 @@ from proxy.app import create_app, handler_args
 from proxy.auth import passwords
 from proxy.http.logs import configure_logging
 from proxy.server.serving import serve
-from proxy.settings import Settings, SettingsError, StartupError, settings_from_environment, variable_name
+from proxy.settings import HostPort, Settings, SettingsError, StartupError, settings_from_environment, variable_name
 
 log = logging.getLogger("tenant_gateway")
 
@@ -305,6 +305,12 @@ def _dev(settings: Settings, args: argparse.Namespace) -> int:
         images = (*settings.shared_images, LOCAL_IMAGES)
         settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig, shared_images=images,
                                        tiers=with_cluster_images(settings.tiers, images))
+        if settings.audit_listen is None:
+            # The cluster's audit webhook points at a port of its own: the gateway listens there.
+            cert, key = cluster.audit_listener_pair
+            settings = dataclasses.replace(settings, audit_listen=HostPort("127.0.0.1", cluster.audit_webhook_port),
+                                           audit_tls_cert_file=cert, audit_tls_key_file=key,
+                                           audit_client_ca=cluster.audit_client_ca)
         trust = ""
         if settings.tls_cert_file is None:
             # kubectl sends no token over plain HTTP, and session cookies are
@@ -323,6 +329,7 @@ def _dev(settings: Settings, args: argparse.Namespace) -> int:
         except GatewayError:
             print(f"\nadmin {admin_email} exists already (password printed on the first run)\n", flush=True)
         print(f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
+              f"the cluster's audit log arrives at https://{settings.audit_listen}/audit\n"
               f"gateway and its web console: https://{settings.listen}/\n{trust}",
               flush=True)
         return cmd_serve(settings, args)

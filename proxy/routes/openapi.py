@@ -140,6 +140,15 @@ DOCUMENT: dict[str, Any] = {
             "Revoke one credential: its binding Secret is deleted and the API server refuses the token "
             "(after at most its own ~10 s authentication cache). Own credentials, a workspace admin's "
             "workspace, gateway admins: others 404", 204, errors=(403, 404, 503), params=[_path_id()])},
+        "/api/v1/activity": {"get": _op(
+            "The activity timeline, newest first: the gateway's own audit rows (source gateway, action the audit "
+            "action) merged with the API server's audit events of credentials it issued (source cluster: verb, "
+            "resource, subresource, namespace, name, response code, user agent; user_id null for a token the "
+            "gateway did not issue, in a tenant namespace). The caller's own; with workspace_id, a workspace "
+            "admin's whole workspace; gateway admins all. Paged: pass `next` back as cursor (null: the last page)",
+            200, errors=(400, 403, 503),
+            params=[_query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"),
+                    _query("since", fmt="date-time"), _query("limit", "integer"), _query("cursor")])},
         "/api/v1/roles": {"get": _op("The member roles, their ClusterRoles and what each may do, in words", 200,
                                      errors=(403,))},
         "/api/v1/workspaces/{id}/suspend": {"post": _op("Suspend a workspace (admin)", 200, errors=(403, 404, 409, 503),

@@ -21,7 +21,7 @@ import yaml
 from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import with_cluster_images
 from proxy.settings.errors import SettingsError
-from proxy.settings.model import VARIABLES, Settings
+from proxy.settings.model import VARIABLES, Settings, variable_name
 from proxy.settings.readers import provider_list
 from proxy.settings.variables import Form, declared
 
@@ -114,8 +114,30 @@ def _check_together(settings: Settings) -> None:
                             "by at least 1 s (the rest of the stop needs it)")
     if settings.proxy_token_refresh_margin_seconds >= settings.proxy_token_ttl_seconds:
         raise SettingsError("GATEWAY_PROXY_TOKEN_REFRESH_SECONDS must be less than GATEWAY_PROXY_TOKEN_TTL_SECONDS")
+    _check_audit_listener(settings)
     if settings.metrics_listen.port == settings.listen.port != 0:
         raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
+
+
+_AUDIT_FILES = ("audit_tls_cert_file", "audit_tls_key_file", "audit_client_ca")
+
+
+def _check_audit_listener(settings: Settings) -> None:
+    """The audit listener takes its certificate, key and client CA together, or is off."""
+    missing = [variable_name(field) for field in _AUDIT_FILES if getattr(settings, field) is None]
+    if settings.audit_listen is None:
+        given = [variable_name(field) for field in _AUDIT_FILES if getattr(settings, field) is not None]
+        if given:
+            raise SettingsError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} set but GATEWAY_AUDIT_LISTEN "
+                                "is not: set it too, or leave the audit listener's files out")
+        return
+    if missing:
+        raise SettingsError(f"GATEWAY_AUDIT_LISTEN needs {', '.join(missing)} (the audit listener serves TLS and "
+                            "admits only client certificates from GATEWAY_AUDIT_CLIENT_CA)")
+    taken = {settings.listen.port, settings.metrics_listen.port} - {0}
+    if settings.audit_listen.port in taken:
+        raise SettingsError("GATEWAY_AUDIT_LISTEN needs a port of its own (not GATEWAY_LISTEN's "
+                            "or GATEWAY_METRICS_LISTEN's)")
 
 
 # -- I/O: the files the variables name --

@@ -39,6 +39,27 @@ class Settings:
     public listener, and request counts per route, stream gauges and token
     results are not theirs to read. Loopback by default; a Deployment opens it
     to Prometheus (0.0.0.0) behind a NetworkPolicy. Port 0: any free port."""
+    audit_listen: HostPort | None = setting(None, env="GATEWAY_AUDIT_LISTEN", read=readers.listen)
+    """Where the API server's audit webhook sends its batches (`POST /audit`,
+    proxy.server.audit_listener): a TLS listener of its own that admits only
+    clients with a certificate from GATEWAY_AUDIT_CLIENT_CA, so no tenant can
+    write events into anyone's timeline. None: no listener, no cluster events."""
+    audit_tls_cert_file: Path | None = setting(None, env="GATEWAY_AUDIT_TLS_CERT_FILE", read=readers.path,
+                                               form=Form.FILE)
+    """The audit listener's serving certificate (the webhook config's
+    `certificate-authority-data` must trust it). Required with GATEWAY_AUDIT_LISTEN."""
+    audit_tls_key_file: Path | None = setting(None, env="GATEWAY_AUDIT_TLS_KEY_FILE", read=readers.path,
+                                              form=Form.FILE)
+    """That certificate's key. Required with GATEWAY_AUDIT_LISTEN."""
+    audit_client_ca: Path | None = setting(None, env="GATEWAY_AUDIT_CLIENT_CA", read=readers.path, form=Form.FILE)
+    """PEM of the CA whose client certificates the audit listener accepts
+    (the API server's webhook client certificate). Without one no TLS
+    handshake completes. Required with GATEWAY_AUDIT_LISTEN."""
+    audit_retention_days: int = setting(30, env="GATEWAY_AUDIT_RETENTION_DAYS", read=readers.whole(1, 3650))
+    """Cluster events older than this are deleted (hourly, by every
+    replica). A month answers "who deleted that Deployment?" for most
+    incidents at metadata level (about 1-2 KB an event); keep the API
+    server's own log, or raise this, for longer investigations."""
     database_url: Secret | None = setting(None, env="GATEWAY_DATABASE_URL", read=readers.database_url)
     """None means dev mode: an embedded PostgreSQL under `data_dir`. A Secret
     because URLs carry passwords."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
@@ -37,3 +38,20 @@ def test_a_dev_state_dir_from_before_gets_its_gateway_certificate_reissued(tmp_p
     assert (pki_dir / "ca.crt").read_bytes() == ca_before
     issued = x509.load_pem_x509_certificate((pki_dir / "gateway.crt").read_bytes())
     issued.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_before))
+
+
+def test_the_audit_policy_records_metadata_at_most_and_the_webhook_presents_its_own_certificate(
+        tmp_path: Path) -> None:
+    from devstack import auditing
+
+    levels = {rule["level"] for rule in auditing.POLICY["rules"]}  # type: ignore[index, union-attr]
+    assert levels <= {"None", "Metadata"}  # no request or response bodies: no token, no Secret's data
+    assert auditing.POLICY["omitStages"] == ["RequestReceived"]
+    cluster = LocalCluster(state_dir=tmp_path, bin_dir=tmp_path)
+    cluster.ensure_pki(tmp_path / "pki")
+    flags = auditing.write_config(tmp_path, tmp_path / "pki", 12345)
+    assert "--audit-webhook-batch-max-wait=1s" in flags
+    webhook = yaml.safe_load((tmp_path / "audit-webhook.kubeconfig").read_text())
+    assert webhook["clusters"][0]["cluster"]["server"] == "https://127.0.0.1:12345/audit"
+    assert pki.common_name(cluster.audit_listener_pair[0]) == "127.0.0.1"
+    assert cluster.audit_client_ca.read_bytes() != (tmp_path / "pki" / "ca.crt").read_bytes()

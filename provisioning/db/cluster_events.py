@@ -1,0 +1,74 @@
+"""The SQL of the cluster's audit events (migration 0014).
+
+A batch is written as the API server sent it, in one transaction: COPY
+into a temporary table, then one INSERT that joins each event's `jti` to
+the credential the gateway issued (and so to its person and workspace),
+names the workspace of an unattributed event in a tenant namespace, drops
+the rest, and skips an (audit id, stage) already stored. The same
+transaction moves each credential's `last_used_at` forward. So a batch is
+stored whole or not at all: the API server retries one it was refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Sequence
+
+from provisioning.cluster_events import COLUMNS, ClusterEvent
+from provisioning.db.pool import Database
+
+_INCOMING = "incoming_cluster_events"
+_CREATE_INCOMING = f"""
+    CREATE TEMPORARY TABLE {_INCOMING} (
+        audit_id uuid, stage text, time timestamptz, verb text, resource text, subresource text, namespace text,
+        name text, code integer, user_agent text, source_ip inet, username text, jti text
+    ) ON COMMIT DROP"""
+_STORE = f"""
+    INSERT INTO cluster_events ({', '.join(COLUMNS)}, credential_id, user_id, workspace_id)
+    SELECT {', '.join(f'i.{column}' for column in COLUMNS)}, c.id, c.user_id, COALESCE(c.workspace_id, w.id)
+    FROM {_INCOMING} i
+    LEFT JOIN credentials c ON i.jti IS NOT NULL AND c.jti = i.jti
+    LEFT JOIN workspaces w ON c.id IS NULL AND w.k8s_namespace = i.namespace
+    WHERE c.id IS NOT NULL OR w.id IS NOT NULL
+    ON CONFLICT (audit_id, stage) DO NOTHING"""
+# Rows locked in id order: two batches naming the same credentials never deadlock.
+_LAST_USED = f"""
+    WITH latest AS (SELECT jti, max(time) AS at FROM {_INCOMING} WHERE jti IS NOT NULL GROUP BY jti),
+    locked AS (
+        SELECT c.id, latest.at FROM credentials c JOIN latest ON c.jti = latest.jti
+        WHERE c.last_used_at IS NULL OR c.last_used_at < latest.at
+        ORDER BY c.id FOR UPDATE OF c)
+    UPDATE credentials c SET last_used_at = GREATEST(c.last_used_at, locked.at) FROM locked WHERE c.id = locked.id"""
+
+
+def _copyable(event: ClusterEvent) -> tuple[object, ...]:
+    record = list(event.record())
+    address = COLUMNS.index("source_ip")
+    if record[address] is not None:
+        record[address] = ipaddress.ip_address(record[address])
+    return tuple(record)
+
+
+async def store(db: Database, events: Sequence[ClusterEvent]) -> int:
+    """Store a batch; the number of events newly kept (attributed, or
+    unattributed in a tenant namespace, and not stored before)."""
+    if not events:
+        return 0
+    async with db.transaction() as connection:
+        await connection.execute(_CREATE_INCOMING)
+        await connection.copy_records_to_table(_INCOMING, records=[_copyable(e) for e in events], columns=COLUMNS)
+        status = await connection.execute(_STORE)
+        await connection.execute(_LAST_USED)
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def sweep(db: Database, retention_days: int, batch: int = 10_000) -> int:
+    """Delete up to `batch` events older than the retention; the number deleted."""
+    status = await db.fetchrow(
+        """WITH old AS (
+               DELETE FROM cluster_events WHERE id IN (
+                   SELECT id FROM cluster_events WHERE time < now() - make_interval(days => $1)
+                   ORDER BY time LIMIT $2)
+               RETURNING 1)
+           SELECT count(*) AS deleted FROM old""", retention_days, batch)
+    return int(status["deleted"]) if status else 0
