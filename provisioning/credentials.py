@@ -40,6 +40,8 @@ from provisioning.roles import ClusterRoles
 from provisioning.tiers import DEFAULT_LIVE_CREDENTIALS, Tier
 
 MAX_USER_AGENT = 512
+_AUDITED_AS = {"kubeconfig": "kubeconfig", "token": "credential"}
+"""An issuance's kind as its audit row's `via` has always named it."""
 
 
 def _now() -> datetime.datetime:
@@ -97,7 +99,7 @@ async def issue_token(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, 
                 "IssueKubeconfig", user.id, workspace.id, ip_address, {
                     "namespace": workspace.namespace, "service_account": seat.service_account, "role": seat.role,
                     "credential": str(credential_id), "credential_id": issued.credential_id,
-                    "expires_at": issued.expires_at.isoformat(), "via": kind}))
+                    "expires_at": issued.expires_at.isoformat(), "via": _AUDITED_AS[kind]}))
     except BaseException:
         await revocation.unbind_quietly(kube, pending)  # the token is dropped unseen; so is what it was bound to
         raise

@@ -33,7 +33,7 @@ import asyncio
 import datetime
 import logging
 import uuid
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from provisioning import manifests, revocation, roles
 from provisioning.access import Seat
@@ -47,6 +47,7 @@ from provisioning.kube.tokens import TOKEN_CACHE_GRACE_SECONDS
 from provisioning.models import AuditEvent, GroupBinding, Invitation, Member, Role, User, Workspace
 from provisioning.onboarding import ensure_object
 from provisioning.roles import ClusterRoles
+from provisioning.tiers import DEFAULT_MEMBERS, Tier
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +164,25 @@ async def seat(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, wanted:
 
 # -- changes by a workspace admin ------------------------------------------------
 
+def allowed_members(tiers: Mapping[str, Tier], workspace: Workspace) -> int:
+    """How many members and pending invitations the workspace's tier allows."""
+    tier = tiers.get(workspace.tier)
+    return tier.members if tier is not None else DEFAULT_MEMBERS
+
+
+def _full(allowed: int) -> Conflict:
+    return Conflict(f"this workspace has {allowed} members and invitations, as many as its tier allows; remove "
+                    "someone first", code="member_limit")
+
+
 async def invite(db: Database, workspace: Workspace, actor: User, email: str, role: Role, provider: str | None,
-                 ip_address: str | None) -> Invitation:
+                 ip_address: str | None, *, allowed: int) -> Invitation:
     """Always an invitation, whether or not the email has an account: it
-    becomes a membership when an account of that verified email signs in."""
+    becomes a membership when an account of that verified email signs in.
+    A pending invitation holds one of the tier's `allowed` places."""
     async with db.transaction() as connection:
+        if await rows.seats_taken(connection, workspace.id) >= allowed:
+            raise _full(allowed)
         return await rows.invite(connection, workspace.id, email, provider, role, actor.id, AuditEvent(
             "AddMember", actor.id, workspace.id, ip_address,
             {"email": email, "role": role, "provider": provider, "status": "invited"}))
@@ -175,6 +190,8 @@ async def invite(db: Database, workspace: Workspace, actor: User, email: str, ro
 
 async def bind_group(db: Database, workspace: Workspace, actor: User, provider: str, group: str, role: Role,
                      ip_address: str | None) -> GroupBinding:
+    """A group binding takes no place itself: each person it makes a member
+    does, at their sign-in, while there is room (`signed_in`)."""
     async with db.transaction() as connection:
         return await rows.bind_group(connection, workspace.id, provider, group, role, actor.id, AuditEvent(
             "AddMember", actor.id, workspace.id, ip_address, {"group": group, "provider": provider, "role": role}))
@@ -278,7 +295,8 @@ async def revoke_user(db: Database, kube: KubeApi, user_id: uuid.UUID, actor: Us
     return done
 
 
-async def signed_in(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, user: User, provider: str,
+async def signed_in(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, tiers: Mapping[str, Tier],
+                    user: User, provider: str,
                     email: str, groups: Iterable[str]) -> None:
     """What a sign-in through `provider` (whose email it verified) changes:
     invitations of that email become memberships, and the memberships the
@@ -294,7 +312,14 @@ async def signed_in(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, us
     for workspace_id, binding in wanted.items():
         member = held.pop(workspace_id, None)
         if member is None:
+            workspace = await repo.get_workspace(db, workspace_id)
+            if workspace is None:
+                continue
             async with db.transaction() as connection:
+                if await rows.seats_taken(connection, workspace_id) >= allowed_members(tiers, workspace):
+                    log.warning("a group binding could not make a member: the workspace is full",
+                                extra={"workspace_id": str(workspace_id), "group": binding.group})
+                    continue
                 await rows.add_member(connection, workspace_id, user.id, binding.role,
                                       roles.member_account(user.id, owner=False), None,
                                       AuditEvent("AddMember", user.id, workspace_id, None,

@@ -324,10 +324,13 @@ def secret_delete_probes(path: str) -> tuple[WriteProbe, ...]:
     """The deletes that would answer with a whole Secret (`path`), each a
     dry run: an orphaning one, a foreground one, and a plain one (the dry
     run alone reads it without deleting it)."""
+    # The dry run is in the body too: the API server takes a DELETE's
+    # options from its body when it has one, the query's dryRun with them.
+    dry = {"apiVersion": "v1", "kind": "DeleteOptions", "dryRun": ["All"]}
     return tuple(WriteProbe("DELETE", path, body, _SECRET_READ.format(how=how)) for body, how in (
-        ({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Orphan"}, "an orphaning delete"),
-        ({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Foreground"}, "a foreground delete"),
-        ({"apiVersion": "v1", "kind": "DeleteOptions"}, "a dry-run delete")))
+        ({**dry, "propagationPolicy": "Orphan"}, "an orphaning delete"),
+        ({**dry, "propagationPolicy": "Foreground"}, "a foreground delete"),
+        (dry, "a dry-run delete")))
 
 
 async def _secret_delete_outcomes(kube: KubeApi, tenant: str | None) -> list[tuple[WriteProbe, bool | str]]:

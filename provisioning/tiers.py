@@ -42,7 +42,7 @@ each of these keys a tier leaves out gets the value in SHARED_BOUNDS:
 The long form also takes `objectBytes`, `podSecurity` and `sharedImages`:
 per-object byte caps, the Pod Security level and the images pods may run
 from the node's cache (provisioning.workload_rules); and `members` (50) and
-`liveCredentials` (200): how many members a workspace may have and how
+`liveCredentials` (30): how many members a workspace may have and how
 many issued credentials it may hold at once. The quota gets room for what
 the gateway makes for those (`Tier.quota`) on top of the counts above.
 A changed tier reaches existing workspaces on resume and with
@@ -166,7 +166,7 @@ def with_shared_bounds(hard: Mapping[str, str]) -> dict[str, str]:
 
 DEFAULT_MEMBERS = 50
 """How many members a workspace of a tier may have (invitations pending included)."""
-DEFAULT_LIVE_CREDENTIALS = 200
+DEFAULT_LIVE_CREDENTIALS = 30
 """How many issued credentials (each bound to a Secret) a workspace may hold at once."""
 _MAX_ALLOWANCE = 10_000
 # The quota keys that count what the gateway itself makes in a namespace:

@@ -162,8 +162,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         app[keys.PUBLIC_CA_BASE64] = public_ca_base64(settings, client)
 
         async def joined(user: User, identity: Identity) -> None:
-            await team.signed_in(app[keys.DATABASE], client, settings.cluster_roles, user, identity.provider,
-                                    identity.email, identity.groups)
+            await team.signed_in(app[keys.DATABASE], client, settings.cluster_roles, settings.tiers, user,
+                                 identity.provider, identity.email, identity.groups)
 
         app[keys.OIDC].on_admitted = joined
         yield

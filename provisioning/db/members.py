@@ -74,6 +74,16 @@ async def all_members(db: Database, workspace_id: uuid.UUID) -> list[Member]:
     return (await roster(db, workspace_id))[0]
 
 
+async def seats_taken(connection: asyncpg.Connection, workspace_id: uuid.UUID) -> int:
+    """Members and pending invitations, counted under a lock on the
+    workspace's row (held to the end of the caller's transaction): two
+    additions at once cannot both take the last place."""
+    await connection.execute("SELECT 1 FROM workspaces WHERE id = $1 FOR UPDATE", workspace_id)
+    return int(await connection.fetchval(
+        """SELECT (SELECT count(*) FROM workspace_members WHERE workspace_id = $1)
+                + (SELECT count(*) FROM workspace_invitations WHERE workspace_id = $1)""", workspace_id))
+
+
 async def invite(connection: asyncpg.Connection, workspace_id: uuid.UUID, email: str, provider: str | None,
                  role: Role, added_by: uuid.UUID, event: AuditEvent) -> Invitation:
     """An invitation and its audit row. 409 `already_member` when that email

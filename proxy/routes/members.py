@@ -90,7 +90,8 @@ async def add_member(request: web.Request) -> web.Response:
     if "email" not in body:
         raise BadRequest("name an email or a group (with its provider)", code="invalid_member")
     invitation = await members.invite(db, workspace, who.user, _email(body["email"]), role,
-                                      _provider(request, body.get("provider"), required=False), ip)
+                                      _provider(request, body.get("provider"), required=False), ip,
+                                      allowed=members.allowed_members(request.app[keys.SETTINGS].tiers, workspace))
     # The same shape whether or not the email has an account: nobody learns which.
     return web.json_response({"email": invitation.email, "role": invitation.role, "provider": invitation.provider,
                               "status": "invited"}, status=201)

@@ -380,3 +380,17 @@ async def test_an_invitation_can_be_withdrawn_and_the_roles_are_described(make_g
     assert [(d["role"], d["cluster_role"]) for d in described] == [
         ("admin", "tenant-admin"), ("edit", "tenant-edit"), ("view", "tenant-view")]
     assert all(d["description"] for d in described)
+
+
+async def test_a_workspace_has_as_many_members_and_invitations_as_its_tier_allows(make_gateway: Any) -> None:
+    gateway = await make_gateway(kube=FakeCluster(), tiers="basic: {hard: {requests.cpu: '4'}, members: 3}\n")
+    owner, workspace_id = await team_workspace(gateway)
+    await join(gateway, workspace_id, "edit", owner.user_id)
+    path = members_path(workspace_id)
+    assert (await owner.call("POST", path, json={"email": unique_email(), "role": "view"})).status == 201
+    answer = await owner.call("POST", path, json={"email": unique_email(), "role": "view"})
+    assert await error_of(answer) == (409, "member_limit")
+    invited = [m for m in (await roster(owner, workspace_id))["members"] if m["status"] == "invited"]
+    answer = await owner.call("DELETE", f"/api/v1/workspaces/{workspace_id}/invitations/{invited[0]['email']}")
+    assert answer.status == 204
+    assert (await owner.call("POST", path, json={"email": unique_email(), "role": "view"})).status == 201

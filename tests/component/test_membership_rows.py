@@ -27,6 +27,7 @@ from provisioning.db.pool import Database
 from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, Role, User, Workspace
 from provisioning.roles import ClusterRoles
+from provisioning.tiers import DEFAULT_TIERS
 from tests.fakes.kube import FakeCluster
 from tests.support.databases import new_database
 
@@ -103,7 +104,7 @@ async def test_a_sign_in_accepts_the_invitations_of_its_email(db: Database) -> N
                                  AuditEvent("AddMember", workspace.user_id, workspace.id, None, {}))
         await member_rows.invite(connection, elsewhere.id, person.email, "org-b", "view", elsewhere.user_id,
                                  AuditEvent("AddMember", elsewhere.user_id, elsewhere.id, None, {}))
-    await members.signed_in(db, kube, ClusterRoles(), person, "org-a", person.email, [])
+    await members.signed_in(db, kube, ClusterRoles(), DEFAULT_TIERS, person, "org-a", person.email, [])
     member = await member_rows.membership(db, workspace.id, person.id)
     assert member is not None and (member.role, member.via, member.added_by) == ("edit", "direct", workspace.user_id)
     assert member.service_account == f"member-{person.id}" and member.service_account_uid is None
@@ -126,17 +127,17 @@ async def test_a_providers_group_grants_its_role_and_the_same_name_elsewhere_gra
             await member_rows.bind_group(connection, workspace.id, provider, group, role, workspace.user_id,
                                          AuditEvent("AddMember", workspace.user_id, workspace.id, None, {}))
     person = await new_user(db)
-    await members.signed_in(db, kube, ClusterRoles(), person, "org-a", person.email, ["devs"])
+    await members.signed_in(db, kube, ClusterRoles(), DEFAULT_TIERS, person, "org-a", person.email, ["devs"])
     member = await member_rows.membership(db, first.id, person.id)
     assert member is not None and (member.role, member.via, member.group_provider, member.group_name) == (
         "edit", "group", "org-a", "devs")
     assert await member_rows.membership(db, second.id, person.id) is None
 
-    await members.signed_in(db, kube, ClusterRoles(), person, "org-a", person.email, ["devs", "leads"])
+    await members.signed_in(db, kube, ClusterRoles(), DEFAULT_TIERS, person, "org-a", person.email, ["devs", "leads"])
     member = await member_rows.membership(db, first.id, person.id)
     assert member is not None and member.role == "admin"  # the binding granting the most
 
-    await members.signed_in(db, kube, ClusterRoles(), person, "org-a", person.email, [])
+    await members.signed_in(db, kube, ClusterRoles(), DEFAULT_TIERS, person, "org-a", person.email, [])
     assert await member_rows.membership(db, first.id, person.id) is None  # out of the groups, out of the workspace
     rows = await repo.query_audit(db, workspace_id=first.id, action="RemoveMember")
     assert [r["details"]["why"] for r in rows] == ["no longer in the group"]
@@ -151,10 +152,10 @@ async def test_a_role_set_by_an_admin_is_theirs_not_the_groups(db: Database) -> 
         await member_rows.bind_group(connection, workspace.id, "org-a", "devs", "view", owner.id,
                                      AuditEvent("AddMember", owner.id, workspace.id, None, {}))
     person = await new_user(db)
-    await members.signed_in(db, kube, ClusterRoles(), person, "org-a", person.email, ["devs"])
+    await members.signed_in(db, kube, ClusterRoles(), DEFAULT_TIERS, person, "org-a", person.email, ["devs"])
     changed = await members.change_role(db, kube, ClusterRoles(), workspace, owner, person.id, "edit", None)
     assert (changed.role, changed.via) == ("edit", "direct")
-    await members.signed_in(db, kube, ClusterRoles(), person, "org-a", person.email, [])
+    await members.signed_in(db, kube, ClusterRoles(), DEFAULT_TIERS, person, "org-a", person.email, [])
     member = await member_rows.membership(db, workspace.id, person.id)
     assert member is not None and member.role == "edit"
 

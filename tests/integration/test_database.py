@@ -17,10 +17,11 @@ from typing import AsyncIterator
 import asyncpg
 import pytest
 
+from provisioning.db import credentials as credential_rows
 from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.models import AuditEvent
+from provisioning.models import AuditEvent, Credential
 from tests.support.databases import new_database
 
 
@@ -120,16 +121,25 @@ async def test_an_issuance_is_recorded_only_for_the_workspace_as_it_was_read(dat
         user = await repo.create_user(db, f"{uuid.uuid4().hex}@example.test", "not-a-real-hash")
         claimed, _ = await repo.claim_workspace(db, user.id, f"tenant-{user.id}", "sa-tenant-admin", "basic")
         event = AuditEvent("IssueKubeconfig", user.id, claimed.id, None, {})
-        assert not await repo.record_issuance(db, claimed, event)  # still provisioning
+
+        async def issued(uid: str) -> bool:
+            """One issuance begun and confirmed as if minted for account `uid`."""
+            now = datetime.datetime.now(datetime.timezone.utc)
+            credential = Credential(uuid.uuid4(), user.id, claimed.id, "kubeconfig", claimed.namespace,
+                                    "sa-tenant-admin", "credential-x", None, now, now + datetime.timedelta(hours=2))
+            await credential_rows.begin(db, credential)
+            return await credential_rows.finish(db, credential.id, "jti", credential.expires_at, user.id, uid, event)
+
+        assert not await issued("uid-1")  # still provisioning
         async with db.transaction() as connection:
             ready = await repo.set_workspace_state(connection, claimed.id, "provisioned", "uid-1")
-        assert ready is not None and await repo.record_issuance(db, ready, event)
+        assert ready is not None and await issued("uid-1")
         async with db.transaction() as connection:
             await repo.set_workspace_state(connection, claimed.id, "provisioned", "uid-2")
-        assert not await repo.record_issuance(db, ready, event)
+        assert not await issued("uid-1")
         async with db.transaction() as connection:
             suspended = await repo.set_workspace_state(connection, claimed.id, "suspended")
-        assert suspended is not None and not await repo.record_issuance(db, suspended, event)
+        assert suspended is not None and not await issued("uid-2")
         rows = await repo.query_audit(db, workspace_id=claimed.id)
         assert [row["action"] for row in rows] == ["IssueKubeconfig"]
     finally:

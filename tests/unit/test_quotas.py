@@ -59,8 +59,8 @@ def test_what_is_not_a_quantity_is_refused(bad: str) -> None:
 
 
 # The shared bounds' counts with room for what the gateway makes in a
-# namespace (Tier.quota): 50 members' accounts and bindings, 200 credentials' Secrets.
-WITH_ROOM = {"count/serviceaccounts": "70", "count/rolebindings.rbac.authorization.k8s.io": "70", "secrets": "250"}
+# namespace (Tier.quota): 50 members' accounts and bindings, 30 credentials' Secrets.
+WITH_ROOM = {"count/serviceaccounts": "70", "count/rolebindings.rbac.authorization.k8s.io": "70", "secrets": "80"}
 
 
 def test_the_quota_has_room_for_what_the_gateway_makes_beside_the_tenants_own() -> None:
