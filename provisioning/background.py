@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable, Callable
+
+from provisioning.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -33,3 +36,35 @@ async def cancel_and_wait(task: "asyncio.Task[None] | None", timeout: float | No
         # It failed before it could be stopped; the stop itself still succeeds.
         log.error("background task %s had failed", task.get_name(), exc_info=task.exception())
     return True
+
+
+class Periodic:
+    """`work` every `interval` seconds until stopped, as each replica's
+    sweeps run (rate-limit counters, expired credentials' Secrets, old
+    cluster events): a round that fails (the database or the API server
+    away, or a fault of its own) is logged and the next one tries again.
+    `work` answers how many things it did; `done` names them in the log."""
+
+    def __init__(self, name: str, work: Callable[[], Awaitable[int]], interval: float, *, done: str) -> None:
+        self._name, self._work, self._interval, self._done = name, work, interval, done
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=self._name)
+
+    async def stop(self, timeout: float) -> None:
+        await cancel_and_wait(self._task, timeout)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                count = await self._work()
+            except ServiceUnavailable as gone:
+                log.warning("%s: not this time; will retry", self._name, extra={"error": gone.code})
+                continue
+            except Exception:
+                log.exception("%s failed; will retry", self._name)
+                continue
+            if count:
+                log.info(self._done, extra={"count": count})

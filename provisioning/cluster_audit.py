@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 
-from provisioning.background import cancel_and_wait
+from provisioning.background import Periodic
 from provisioning.cluster_events import ClusterEvent, NotAnEventList, parse_event_list
 from provisioning.db import cluster_events as cluster_event_rows
 from provisioning.db.pool import Database
-from provisioning.errors import BadRequest, ServiceUnavailable
+from provisioning.errors import BadRequest
 
-log = logging.getLogger(__name__)
 
 RETENTION_SWEEP_INTERVAL_SECONDS = 3600.0
 # Read on a worker thread past this size: a big batch parsed on the event
@@ -49,21 +47,16 @@ async def ingest(db: Database, body: bytes) -> tuple[int, int]:
     return len(events), kept
 
 
-class RetentionSweeper:
+class RetentionSweeper(Periodic):
     """Deletes cluster events older than `retention_days`, every `interval`
     seconds, on every replica (two deleting the same rows is harmless), in
     batches so no one statement holds the table long."""
 
     def __init__(self, db: Database, retention_days: int, *,
                  interval: float = RETENTION_SWEEP_INTERVAL_SECONDS) -> None:
-        self._db, self._days, self._interval = db, retention_days, interval
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tenant-gateway-cluster-event-retention")
-
-    async def stop(self, timeout: float) -> None:
-        await cancel_and_wait(self._task, timeout)
+        super().__init__("tenant-gateway-cluster-event-retention", self.sweep_once, interval,
+                         done="old cluster events swept")
+        self._db, self._days = db, retention_days
 
     async def sweep_once(self, batch: int = 10_000) -> int:
         deleted, total = batch, 0
@@ -71,16 +64,3 @@ class RetentionSweeper:
             deleted = await cluster_event_rows.sweep(self._db, self._days, batch)
             total += deleted
         return total
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                deleted = await self.sweep_once()
-            except ServiceUnavailable as gone:
-                log.warning("old cluster events could not be swept; will retry", extra={"error": gone.code})
-            except Exception:
-                log.exception("old cluster events could not be swept")
-            else:
-                if deleted:
-                    log.info("old cluster events swept", extra={"count": deleted})
-            await asyncio.sleep(self._interval)

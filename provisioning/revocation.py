@@ -18,10 +18,9 @@ import asyncio
 import logging
 import uuid
 
-from provisioning.background import cancel_and_wait
+from provisioning.background import Periodic
 from provisioning.db import credentials as credential_rows
 from provisioning.db.pool import Database
-from provisioning.errors import ServiceUnavailable
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeForbidden, KubeNotFound
 from provisioning.models import AuditEvent, Credential, User
@@ -97,32 +96,10 @@ async def sweep(db: Database, kube: KubeApi, batch: int = SWEEP_BATCH) -> int:
     return len(done)
 
 
-class Sweeper:
+class Sweeper(Periodic):
     """`sweep` every `interval` seconds, on every replica (two replicas
-    sweeping the same Secret both find it gone or delete it: harmless). A
-    database or API server that is down is tried again at the next interval."""
+    sweeping the same Secret both find it gone or delete it: harmless)."""
 
     def __init__(self, db: Database, kube: KubeApi, *, interval: float = SWEEP_INTERVAL_SECONDS) -> None:
-        self._db, self._kube, self._interval = db, kube, interval
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tenant-gateway-credential-sweep")
-
-    async def stop(self, timeout: float) -> None:
-        await cancel_and_wait(self._task, timeout)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                swept = await sweep(self._db, self._kube)
-            except ServiceUnavailable as gone:
-                log.warning("expired credentials' Secrets could not be swept; will retry",
-                            extra={"error": gone.code})
-                continue
-            except Exception:
-                log.exception("expired credentials' Secrets could not be swept")
-                continue
-            if swept:
-                log.info("expired credentials' Secrets swept", extra={"count": swept})
+        super().__init__("tenant-gateway-credential-sweep", lambda: sweep(db, kube), interval,
+                         done="expired credentials' Secrets swept")

@@ -11,15 +11,14 @@ replica's `CounterSweeper` removes counters whose window has ended.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from typing import Mapping
 
-from provisioning.background import cancel_and_wait
+from provisioning.background import Periodic
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
-from provisioning.errors import DatabaseUnavailable, RateLimited
+from provisioning.errors import RateLimited
 from proxy.http.metrics import Metrics
 from proxy.settings import RateLimit
 
@@ -62,23 +61,16 @@ async def enforce(db: Database, metrics: Metrics, limit: RateLimit, subjects: Ma
         raise RateLimited(exceeded[name], f"too many {name} requests; retry in {exceeded[name]} s")
 
 
-class CounterSweeper:
+class CounterSweeper(Periodic):
     """Removes counters whose window has ended, every `interval` seconds.
 
     Every replica runs one; sweeps skip the rows anyone else holds, so
-    replicas never wait on each other or on a request. A database that is
-    down is tried again at the next interval."""
+    replicas never wait on each other or on a request."""
 
     def __init__(self, db: Database, *, interval: float = SWEEP_INTERVAL_SECONDS) -> None:
+        super().__init__("tenant-gateway-rate-limit-sweep", self.sweep, interval,
+                         done="ended rate-limit windows removed")
         self._db = db
-        self._interval = interval
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="tenant-gateway-rate-limit-sweep")
-
-    async def stop(self, timeout: float) -> None:
-        await cancel_and_wait(self._task, timeout)
 
     async def sweep(self) -> int:
         """How many counters went."""
@@ -89,18 +81,3 @@ class CounterSweeper:
             if batch < _SWEEP_BATCH:
                 break
         return removed
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                removed = await self.sweep()
-            except DatabaseUnavailable:
-                log.warning("rate-limit counters could not be swept; will retry")
-                continue
-            except Exception:
-                # A fault of this sweep's own must not end the sweeping.
-                log.exception("rate-limit counters could not be swept")
-                continue
-            if removed:
-                log.debug("ended rate-limit windows removed", extra={"counters": removed})
