@@ -3,7 +3,8 @@ browser against the real gateway, cluster and PostgreSQL: a person downloads
 two kubeconfigs, sees both live, revokes one (confirming it) and the list
 and the API say it is revoked while the other stays live; the workspace's
 activity lists each issuance under the person's email, ten rows a page,
-and Older reaches the oldest row."""
+and Older reaches the oldest row. An administrator's audit view names people
+by email, filters by email, namespace and action, and pages with Older."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from playwright.async_api import Browser, Dialog, expect
 
 from devstack.cluster import LocalCluster
 from tests.support.browser import Shots, Watched, new_page, sign_in
-from tests.support.gatewayclient import Session, register_and_login
+from tests.support.gatewayclient import Session, admin_session, register_and_login
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
 
@@ -128,4 +129,46 @@ async def test_two_kubeconfigs_one_revoked_in_the_console_and_the_activity_paged
     gateway_rows = [item for item in everything["items"] if item["source"] == "gateway"]
     await expect(lines.filter(has=page.locator("td:nth-child(2)", has_text="gateway"))).to_have_count(len(gateway_rows))
     await shots.take(page, "activity-all-pages")
+    assert not watched.csp_violations()
+
+
+async def test_the_audit_view_names_people_filters_by_email_and_pages(
+        cluster: LocalCluster, gateway: Any, database_url: str, browser: Browser, shots: Shots,
+        watched: Watched) -> None:
+    # Given a person with a workspace and ten kubeconfigs: thirteen audit rows of theirs
+    person = await register_and_login(gateway)
+    workspace = await person.init()
+    for _ in range(10):
+        answer = await person.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace['id']}")
+        assert answer.status == 200, await answer.text()
+    admin = await admin_session(gateway, database_url)
+    page = await new_page(browser, watched)
+    await sign_in(page, str(gateway.make_url("/")), admin.email)
+
+    # When an administrator filters the audit log by the person's email, ten a page
+    await page.get_by_role("button", name="Audit", exact=True).click()
+    await page.get_by_role("textbox", name="Email").fill(person.email.upper())
+    await page.get_by_label("Per page").select_option("10")
+    await page.get_by_role("button", name="Filter").click()
+    log = page.get_by_role("table", name="Audit log, newest first")
+    lines = log.locator("tbody tr")
+    await expect(lines).to_have_count(10)
+    # Then the rows name the person by email and the workspace by namespace
+    await expect(lines.first).to_contain_text(person.email)
+    await expect(lines.first).to_contain_text(workspace["namespace"])
+    # And Older reaches the rest, the registration last, and no more
+    await page.get_by_role("button", name="Older").click()
+    await expect(lines).to_have_count(13)
+    await expect(lines.last).to_contain_text("Register")
+    await expect(page.get_by_role("button", name="Older")).to_be_hidden()
+    await expect(page.get_by_role("status").filter(has_text="No older rows.")).to_be_visible()
+    await shots.take(page, "audit-paged")
+
+    # When they filter by namespace and action as well: exactly a page, nothing older
+    await page.get_by_label("Namespace").select_option(workspace["id"])
+    await page.get_by_label("Action").select_option("IssueKubeconfig")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(lines).to_have_count(10)
+    await expect(lines.filter(has_text="IssueKubeconfig")).to_have_count(10)
+    await expect(page.get_by_role("button", name="Older")).to_be_hidden()
     assert not watched.csp_violations()

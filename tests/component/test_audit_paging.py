@@ -65,6 +65,8 @@ async def test_a_malformed_cursor_is_400(gateway: Any, database_url: str) -> Non
         assert await error_of(await root.call("GET", f"/api/v1/audit?{urlencode({'before': before})}")) == (
             400, "invalid_cursor"), before
     assert (await error_of(await root.call("GET", f"/api/v1/audit?{urlencode({'email': 'a' * 300})}")))[0] == 400
+    for query in ("before=2025-01-01T00:00:00%00,00000000-0000-0000-0000-000000000000", "email=a%00b@example.test"):
+        assert (await root.call("GET", f"/api/v1/audit?{query}")).status < 500, query  # NUL: never a 500
     # A time without an offset is taken as UTC; either way a good cursor is 200
     for before in ("2025-01-01T00:00:00,00000000-0000-0000-0000-000000000000",
                    "2025-01-01T00:00:00Z,00000000-0000-0000-0000-000000000000"):
