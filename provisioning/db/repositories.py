@@ -453,18 +453,28 @@ async def record_audit_batch(db: Database, events: list[AuditEvent]) -> None:
 
 
 async def query_audit(db: Database, *, workspace_id: uuid.UUID | None = None, user_id: uuid.UUID | None = None,
-                      action: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
+                      action: str | None = None, email: str | None = None,
+                      before: tuple[datetime.datetime, uuid.UUID] | None = None,
+                      limit: int = 200) -> list[dict[str, Any]]:
+    """Audit rows, newest first, each with the email of its person where the
+    gateway knows them (`email`, else null). `email` filters by person
+    (case-insensitively, an email no one has matches nothing); `before`, the
+    last row's (created_at, id) of the page before, starts strictly after it
+    in this order, so older rows are reachable page by page."""
     rows = await db.fetch(
-        """SELECT * FROM audit_logs
-           WHERE ($1::uuid IS NULL OR workspace_id = $1) AND ($2::uuid IS NULL OR user_id = $2)
-             AND ($3::text IS NULL OR action = $3)
-           ORDER BY created_at DESC, id LIMIT $4""",
-        workspace_id, user_id, action, limit,
+        """SELECT a.*, u.email FROM audit_logs a LEFT JOIN users u ON u.id = a.user_id
+           WHERE ($1::uuid IS NULL OR a.workspace_id = $1) AND ($2::uuid IS NULL OR a.user_id = $2)
+             AND ($3::text IS NULL OR a.action = $3)
+             AND ($5::text IS NULL OR a.user_id IN (SELECT id FROM users WHERE lower(email) = lower($5)))
+             AND ($6::timestamptz IS NULL OR (a.created_at, a.id) < ($6, $7::uuid))
+           ORDER BY a.created_at DESC, a.id DESC LIMIT $4""",
+        workspace_id, user_id, action, limit, email, before[0] if before else None, before[1] if before else None,
     )
     return [
         {
             "id": str(r["id"]),
             "user_id": str(r["user_id"]) if r["user_id"] else None,
+            "email": r["email"],
             "workspace_id": str(r["workspace_id"]) if r["workspace_id"] else None,
             "action": r["action"],
             "ip_address": str(r["ip_address"]) if r["ip_address"] else None,

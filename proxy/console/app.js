@@ -1,7 +1,7 @@
 // The console: sign-in, the workspaces one belongs to (picked in the
-// switcher), their members and live resources, and for administrators every
-// workspace, users and the audit log. All state is
-// the gateway's; this file only asks for it and shows it.
+// switcher), their members, issued credentials, activity and live
+// resources, and for administrators every workspace, users and the audit
+// log. All state is the gateway's; this file only asks for it and shows it.
 
 import { ApiError, call, json } from "./api.js";
 import { h, table } from "./dom.js";
@@ -9,6 +9,8 @@ import { followLog, watchCollection } from "./streams.js";
 import { KUBECONFIG, formats as kubeconfigFormats, howToUse } from "./kubeconfigs.js";
 import { Terminal } from "./terminal.js";
 import { membersView, roleSentence } from "./members.js";
+import { credentialsView } from "./credentials.js";
+import { activityView, auditView } from "./activity.js";
 
 const $ = (id) => document.getElementById(id);
 const state = { me: null, workspace: null, view: null, controller: null, panel: null, terminal: null, noticeFrom: null };
@@ -247,10 +249,12 @@ const VIEWS = {
   "My workspace": { render: workspaceView },
   Members: { render: (root, signal) => needsWorkspace(root) ? Promise.resolve() : membersView(root, {
     workspace: state.workspace, me: state.me, signal, busy, notice, left: leftWorkspace }) },
+  Credentials: { render: (root, signal) => credentialsView(root, { workspace: state.workspace, me: state.me, signal, busy, notice }) },
+  Activity: { render: (root, signal) => activityView(root, { workspace: state.workspace, me: state.me, signal, busy }) },
   ...Object.fromEntries(Object.keys(KINDS).map((name) => [name, { render: (root, signal) => resourceView(name, root, signal) }])),
   Workspaces: { admin: true, render: workspacesView },
   Users: { admin: true, render: usersView },
-  Audit: { admin: true, render: auditView },
+  Audit: { admin: true, render: (root, signal) => auditView(root, { signal, busy }) },
 };
 
 function renderTabs() {
@@ -525,36 +529,6 @@ async function usersView(root) {
   });
   root.append(h("p", { text: "Users who registered themselves (accounts made with the command line are not listed)." }),
     table("Registered users", ["Email", "User id", "Registered", "Actions"], rows));
-}
-
-const ACTIONS = ["", "Register", "Login", "Logout", "InitWorkspace", "IssueKubeconfig", "SuspendWorkspace", "ResumeWorkspace",
-  "SuspendUser", "ResumeUser", "ProxyWrite", "ProxyExec"];
-
-async function auditView(root, signal) {
-  const field = (id, label, input) => [h("label", { for: id, text: label }), input];
-  const workspace = h("input", { id: "audit-workspace", type: "text", placeholder: "any" });
-  const user = h("input", { id: "audit-user", type: "text", placeholder: "any" });
-  const action = h("select", { id: "audit-action" }, ACTIONS.map((a) => h("option", { value: a, text: a || "any" })));
-  const apply = h("button", { type: "submit", class: "primary" }, "Filter");
-  const form = h("form", { class: "filters" }, field("audit-workspace", "Workspace id", workspace),
-    field("audit-user", "User id", user), field("audit-action", "Action", action), apply);
-  const results = h("div", {});
-  root.append(form, results);
-  const refresh = async () => {
-    const query = new URLSearchParams();
-    if (workspace.value.trim()) query.set("workspace_id", workspace.value.trim());
-    if (user.value.trim()) query.set("user_id", user.value.trim());
-    if (action.value) query.set("action", action.value);
-    query.set("limit", "200");
-    const rows = await json("GET", `/api/v1/audit?${query}`, { signal });
-    results.replaceChildren(table("Audit log, newest first", ["Time", "Action", "User", "Workspace", "Address", "Details"],
-      rows.map((row) => h("tr", {},
-        h("td", { text: new Date(row.created_at).toLocaleString() }), h("td", { text: row.action }),
-        h("td", { text: row.user_id ?? "" }), h("td", { text: row.workspace_id ?? "" }), h("td", { text: row.ip_address ?? "" }),
-        h("td", { text: Object.entries(row.details ?? {}).map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ") })))));
-  };
-  form.addEventListener("submit", busy(apply, refresh));
-  await refresh();
 }
 
 // ---- start ---------------------------------------------------------------

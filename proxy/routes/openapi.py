@@ -162,9 +162,13 @@ DOCUMENT: dict[str, Any] = {
                                                    errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/users/{id}/resume": {"post": _op("Let a suspended user log in again (admin)", 200,
                                                   errors=(403, 404, 503), params=[_path_id()])},
-        "/api/v1/audit": {"get": _op("Audit rows, newest first (admin)", 200, errors=(400, 403), params=[
-            _query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"), _query("action"),
-            _query("limit", "integer")])},
+        "/api/v1/audit": {"get": _op(
+            "Audit rows, newest first (admin), each with its person's `email` where known (else null). "
+            "`email` filters by person (case-insensitive); `limit` 1-1000, default 200; the next page: "
+            "`before` = the last row's `created_at` and `id` joined by a comma (rows strictly older; "
+            "malformed: 400 invalid_cursor)", 200, errors=(400, 403), params=[
+            _query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"), _query("email"), _query("action"),
+            _query("limit", "integer"), _query("before")])},
         "/api/v1/openapi.json": {"get": _op("This document", 200, auth=False)},
         "/": {"get": _op("The web console (its page)", 200, auth=False, ok_type="text/html")},
         "/device": {"get": _op("The web console's page for approving a device sign-in (verification_uri)", 200,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 
 from aiohttp import web
@@ -31,6 +32,8 @@ from proxy.routes.common import (
 routes = web.RouteTableDef()
 _MAX_TIER_NAME = 63  # a DNS label, as provisioning.tiers requires
 _MAX_AUDIT_ACTION = 64
+_MAX_AUDIT_CURSOR = 128
+_MAX_EMAIL = 254
 
 
 def _with_quota(request: web.Request, workspace: Workspace, member: Member | None = None) -> dict[str, object]:
@@ -180,6 +183,25 @@ async def audit(request: web.Request) -> web.Response:
         workspace_id=query_uuid(request, "workspace_id"),
         user_id=query_uuid(request, "user_id"),
         action=bounded_string(query.get("action", ""), "action", _MAX_AUDIT_ACTION, code="invalid_query") or None,
+        email=bounded_string(query.get("email", "").strip(), "email", _MAX_EMAIL, code="invalid_query") or None,
+        before=audit_before(query.get("before", "")),
         limit=limit,
     )
     return web.json_response(rows)
+
+
+def audit_before(text: str) -> tuple[datetime.datetime, uuid.UUID] | None:
+    """The audit route's `before` cursor: the last row's `created_at` and
+    `id`, joined by a comma, as the page before gave them. Empty is none;
+    anything else malformed is 400 invalid_cursor."""
+    if not text:
+        return None
+    moment, _, row_id = text.partition(",")
+    try:
+        if len(text) > _MAX_AUDIT_CURSOR:
+            raise ValueError
+        when = datetime.datetime.fromisoformat(moment.replace("Z", "+00:00"))
+        return (when if when.tzinfo is not None else when.replace(tzinfo=datetime.timezone.utc)), uuid.UUID(row_id)
+    except ValueError:
+        raise BadRequest("before must be a row's created_at and id joined by a comma, as the audit route gave them",
+                         code="invalid_cursor") from None

@@ -127,7 +127,8 @@ async def test_admin_suspends_a_tenant_whose_page_is_open(cluster: LocalCluster,
     await admin_page.get_by_label("Action").select_option("SuspendWorkspace")
     await admin_page.get_by_role("button", name="Filter").click()
     audit = admin_page.get_by_role("table", name="Audit log, newest first")
-    await expect(audit).to_contain_text(workspace["id"])
+    await expect(audit).to_contain_text(workspace["namespace"])  # workspaces are named by namespace
+    await expect(audit).to_contain_text(admin.email)  # people by email
     await expect(audit).not_to_contain_text("InitWorkspace")
     await shots.take(admin_page, "admin-audit")
     await admin_page.get_by_role("button", name="Users", exact=True).click()
