@@ -457,7 +457,16 @@ async def test_pods_cannot_take_a_system_priority_class(cluster: LocalCluster, g
     batch = f"batch-{uuid.uuid4().hex[:8]}"
     scheduling.create_priority_class({"metadata": {"name": batch}, "value": 1000})
     try:
-        assert core.create_namespaced_pod(ns, pod("batch", priorityClassName=batch)).spec.priority == 1000
+        # The Priority admission plugin reads classes from its informer, which
+        # hears of a new one a moment after it is made ("no PriorityClass with
+        # name ... was found" until then).
+        for _ in range(50):
+            status, message = refusal(lambda: core.create_namespaced_pod(ns, pod("batch", priorityClassName=batch)))
+            if not (status == 403 and "no PriorityClass with name" in message):
+                break
+            await asyncio.sleep(0.1)
+        assert status == 200, message
+        assert core.read_namespaced_pod("batch", ns).spec.priority == 1000
     finally:
         scheduling.delete_priority_class(batch)
 

@@ -242,6 +242,14 @@ async def test_browser_websocket_exec_with_a_terminal_resize(tenant: Tenant, gat
                                           headers=cookie_headers(tenant, gateway),
                                           protocols=("v5.channel.k8s.io",)) as socket:
         await socket.send_bytes(bytes([RESIZE]) + json.dumps({"Width": 101, "Height": 33}).encode())
+        # Typed once the shell shows its prompt, as a person would: typed
+        # before, it can reach the terminal before the shell has set it up.
+        prompt = b""
+        async with asyncio.timeout(30):
+            async for message in socket:
+                prompt += message.data[1:] if message.data[0] == STDOUT else b""
+                if b"$ " in prompt:
+                    break
         await socket.send_bytes(bytes([STDIN]) + b"stty size; exit 0\r")
         received, status = await frames_until_status(socket)
     assert b"33 101" in received[STDOUT]
