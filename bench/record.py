@@ -13,7 +13,7 @@ import datetime
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -164,4 +164,17 @@ def record_alone(name: str, result: dict[str, Any], verdicts: list[tuple[str, st
                   verdicts=[{"target": n, "measured": v, "ok": ok} for n, v, ok in verdicts])
     path = directory / (f"{name}-quick.json" if quick else f"{name}.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def report_alone(name: str, result: dict[str, Any], verdicts: list[tuple[str, str, bool]],
+                 printer: Callable[[dict[str, Any]], None], *, quick: bool, started: datetime.datetime,
+                 directory: Path = RESULTS) -> Path:
+    """`record_alone`, then the row's table, its verdicts and where it was
+    written, printed: the end of every `python -m bench.<row>` run alone."""
+    path = record_alone(name, result, verdicts, quick=quick, started=started, directory=directory)
+    printer(result)
+    for target, measured, ok in verdicts:
+        print(f"  {target:<44} {measured:>16}  {'yes' if ok else 'NO'}")
+    print(f"\nwritten: {path}")
     return path

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.record import COLUMNS, history_row, record
 
 
@@ -107,3 +109,19 @@ def test_a_workload_run_alone_is_kept_with_its_commit_and_verdicts(tmp_path: Pat
     assert path.name == "stalled-readers-quick.json"
     assert kept["verdicts"] == [{"target": "target", "measured": "9 KiB", "ok": True}]
     assert kept["started"] == started.isoformat() and kept["commit"] and kept["x"] == 1
+
+
+def test_a_row_run_alone_is_printed_the_same_way_whatever_the_row(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import datetime
+
+    from bench.record import report_alone
+
+    started = datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc)
+    printed: list[dict[str, Any]] = []
+    path = report_alone("audit-ingest", {"x": 1}, [("a target", "5 /s", True), ("another", "7 s", False)],
+                        printed.append, quick=False, started=started, directory=tmp_path)
+    assert path == tmp_path / "audit-ingest.json" and printed[0]["x"] == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[-1] for line in lines if "target" in line or "another" in line] == ["yes", "NO"]
+    assert lines[-1] == f"written: {path}"
