@@ -29,6 +29,8 @@ COLUMNS = (
     "sso_p50_vs_session", "sso_cpu_vs_session",
     "audit_rows_per_s", "audit_rows_lost",
     "member_instructions_vs_owner", "member_cpu_vs_owner",
+    "revocation_idle_p50_ms", "revocation_idle_p99_ms", "revocation_in_use_p50_ms", "revocation_in_use_p99_ms",
+    "audit_ingest_events_per_s", "audit_ingest_lag_p99_s",
     "verdicts_met", "verdicts_total",
 )
 """history.csv's columns. A cell is empty where the run lacks the figure
@@ -114,6 +116,12 @@ def history_row(result: dict[str, Any]) -> dict[str, str]:
         "audit_rows_lost": _audit_lost(result),
         "member_instructions_vs_owner": _get(result, "member_get", "instructions", "member_vs_owner"),
         "member_cpu_vs_owner": _get(result, "member_get", "cpu", "member_vs_owner"),
+        "revocation_idle_p50_ms": _get(result, "revocation", "idle", "p50_ms"),
+        "revocation_idle_p99_ms": _get(result, "revocation", "idle", "p99_ms"),
+        "revocation_in_use_p50_ms": _get(result, "revocation", "in_use", "p50_ms"),
+        "revocation_in_use_p99_ms": _get(result, "revocation", "in_use", "p99_ms"),
+        "audit_ingest_events_per_s": _whole(_get(result, "audit_ingest", "ceiling", "events_per_s")),
+        "audit_ingest_lag_p99_s": _get(result, "audit_ingest", "paced", "lag_p99_s"),
         "verdicts_met": sum(1 for v in verdicts if v["ok"]) if verdicts else None,
         "verdicts_total": len(verdicts) if verdicts else None,
     }

@@ -40,7 +40,8 @@ def test_the_row_holds_the_run_s_headline_figures_and_leaves_missing_ones_empty(
     # This run had no floor relay, pods, fair share or SSO workload.
     for missing in ("floor_cpu_ms_per_get", "exec_p50_vs_direct", "flood_p99_vs_idle", "sso_p50_vs_session",
                     "list_identity_vs_direct", "kib_rss_per_watch", "audit_rows_per_s", "audit_rows_lost",
-                    "member_instructions_vs_owner", "member_cpu_vs_owner"):
+                    "member_instructions_vs_owner", "member_cpu_vs_owner", "revocation_idle_p99_ms",
+                    "audit_ingest_events_per_s", "audit_ingest_lag_p99_s"):
         assert row[missing] == ""
 
 
@@ -54,6 +55,15 @@ def test_the_member_row_is_the_instruction_ratio_with_the_timed_one_beside_it() 
     row = history_row(_result(member_get={"instructions": {"member_vs_owner": 1.0123456},
                                           "cpu": {"member_vs_owner": 0.98765}}))
     assert row["member_instructions_vs_owner"] == "1.012" and row["member_cpu_vs_owner"] == "0.9877"
+
+
+def test_the_revocation_and_audit_ingest_rows_are_their_headline_figures() -> None:
+    row = history_row(_result(
+        revocation={"idle": {"p50_ms": 14.25, "p99_ms": 18.75}, "in_use": {"p50_ms": 5012.5, "p99_ms": 9876.5}},
+        audit_ingest={"ceiling": {"events_per_s": 8091.6}, "paced": {"lag_p99_s": 0.4712}}))
+    assert (row["revocation_idle_p50_ms"], row["revocation_idle_p99_ms"]) == ("14.25", "18.75")
+    assert (row["revocation_in_use_p50_ms"], row["revocation_in_use_p99_ms"]) == ("5012", "9876")
+    assert row["audit_ingest_events_per_s"] == "8092" and row["audit_ingest_lag_p99_s"] == "0.4712"
 
 
 def test_the_member_verdict_is_judged_by_instructions_within_five_percent() -> None:
