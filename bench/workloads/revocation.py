@@ -75,7 +75,11 @@ def _summarised(samples: list[Sample]) -> dict[str, Any]:
     return {**summary([s.seconds for s in samples]),
             "delete": summary([s.delete_seconds for s in samples]),
             "used_after_delete": sum(s.used_after_delete for s in samples),
-            "samples_used_after_delete": sum(1 for s in samples if s.used_after_delete)}
+            "samples_used_after_delete": sum(1 for s in samples if s.used_after_delete),
+            "over_1_s": sum(1 for s in samples if s.seconds > 1),
+            # Each sample, in the order taken: [to the 401, the DELETE's answer] in ms, uses after it.
+            "each": [[round(s.seconds * 1000, 1), round(s.delete_seconds * 1000, 1), s.used_after_delete]
+                     for s in samples]}
 
 
 class _Revoker:
@@ -184,7 +188,7 @@ def print_revocation(r: dict[str, Any]) -> None:
         v = r[kind]
         print(f"  {label:<41} {v['samples']:>4} samples {v['p50_ms']:>8.1f}  {v['p99_ms']:>8.1f}  "
               f"{v['max_ms']:>8.1f}   ({v['delete']['p50_ms']:.1f} ms, {v['used_after_delete']} uses "
-              f"in {v['samples_used_after_delete']} samples)")
+              f"in {v['samples_used_after_delete']} samples; {v['over_1_s']} samples over 1 s)")
 
 
 if __name__ == "__main__":
