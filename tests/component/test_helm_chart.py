@@ -178,6 +178,9 @@ def test_defaults_take_the_database_and_session_from_secret_tenant_gateway(helm:
     assert container["image"] == "localhost/tenant-gateway:" + yaml.safe_load(
         (chart.CHART / "Chart.yaml").read_text())["appVersion"]
     assert "GATEWAY_CLUSTERS" not in env and "GATEWAY_OIDC_PROVIDERS" not in env
+    # The local cluster applies the cluster-wide objects itself (clusterResources.create: false).
+    assert {kind for kind, _ in rendered} == {"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
+                                              "Service", "ServiceAccount"}
 
 
 def test_public_server_and_ca(helm: Path) -> None:
