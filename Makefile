@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries helm-binary keycloak-dist clean
+.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries helm-binary keycloak-dist manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml
 cluster-binaries:
 	bash deploy/local-cluster/build.sh >/dev/null
 
-# Helm 3 for tests/integration/test_team_tools.py, built the same way and
-# cached beside them. On a fresh machine `make test` builds it in the
-# background while the pure and component rings run (no cluster needed
-# there), so it adds nothing to the run unless those finish first.
+# Helm 3 for the chart's tests (tests/component/test_helm_chart.py, and in the
+# cluster ring test_helm_chart_install.py and test_team_tools.py), built the
+# same way and cached beside them. On a fresh machine `make test` builds it in
+# the background while lint and the pure ring run, and waits for it before the
+# component ring: the chart's tests render with it, offline.
 helm-binary:
 	bash deploy/local-cluster/build-helm.sh >/dev/null
 
@@ -49,18 +50,19 @@ lint: $(STAMP)
 # an inner ring stops the run before the slow ones start, and explains any
 # failure they would have shown. The cluster ring starts the control plane,
 # node, PostgreSQL, Keycloak and Chromium once and shares them (browser tests last).
-# helm (for the cluster ring) builds meanwhile on a fresh machine: see helm-binary.
+# helm (for the component and cluster rings) builds meanwhile on a fresh
+# machine: see helm-binary.
 test: $(STAMP)
 	@mkdir -p .gateway
 	@bash deploy/local-cluster/build-helm.sh >/dev/null 2>.gateway/helm-build.log & helm=$$!; \
-	  $(MAKE) --no-print-directory test-pure test-component || exit 1; \
+	  $(MAKE) --no-print-directory test-pure || exit 1; \
 	  wait $$helm || { cat .gateway/helm-build.log >&2; exit 1; }; \
-	  $(MAKE) --no-print-directory test-cluster
+	  $(MAKE) --no-print-directory test-component test-cluster
 
 test-pure: lint
 	$(BIN)/pytest -p no:cacheprovider tests/unit
 
-test-component: $(STAMP)
+test-component: $(STAMP) helm-binary
 	$(BIN)/pytest -p no:cacheprovider tests/component
 
 test-cluster: $(STAMP) cluster-binaries helm-binary keycloak-dist $(CHROMIUM)
@@ -68,6 +70,11 @@ test-cluster: $(STAMP) cluster-binaries helm-binary keycloak-dist $(CHROMIUM)
 
 bench: $(STAMP) cluster-binaries keycloak-dist
 	$(BIN)/python -m bench
+
+# deploy/kubernetes from the Helm chart (devstack/chart.py): run after editing
+# the chart; tests/component/test_helm_chart.py fails until the two agree.
+manifests: $(STAMP) helm-binary
+	$(BIN)/python -m devstack.chart
 
 clean:
 	rm -rf $(VENV) .gateway

@@ -27,10 +27,11 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from devstack.chart import helm_binary
 from provisioning.models import Role
 from tests.support import kubeclients
 from tests.support.gatewayclient import tenant
-from tests.support.tools import SAMPLE_CHART, Member, helm_binary, kopf_operator, member
+from tests.support.tools import SAMPLE_CHART, Member, kopf_operator, member
 
 pytestmark = pytest.mark.cluster
 PATHS = ("direct", "proxy")

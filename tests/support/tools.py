@@ -1,5 +1,6 @@
 """The tools tenants run, as tests/integration/test_team_tools.py runs them:
-Helm 3 (built once per machine by deploy/local-cluster/build-helm.sh), a kopf
+Helm 3 (devstack.chart.helm_binary: built once per machine by
+deploy/local-cluster/build-helm.sh), a kopf
 operator (tests/support/operator_sample.py) run as a child process, and the
 members of a team workspace holding their kubeconfigs.
 
@@ -30,15 +31,8 @@ from tests.support.kubeclients import kubeconfig_for_proxy
 from tests.support.members import join
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-HELM_BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build-helm.sh"
 SAMPLE_CHART = REPO_ROOT / "tests" / "data" / "sample-chart"
 OPERATOR = Path(__file__).with_name("operator_sample.py")
-
-
-def helm_binary() -> Path:
-    """The helm client, built from the Go module proxy on first use (cached)."""
-    built = subprocess.run(["bash", str(HELM_BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
-    return Path(built.stdout.strip().splitlines()[-1])
 
 
 @dataclass
