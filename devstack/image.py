@@ -230,7 +230,8 @@ def _ensure_base(store: ImageCache) -> Path:
 
 
 class _Buildah:
-    """buildah against a store of its own: nothing lands in /var/lib/containers."""
+    """buildah against a throwaway store of its own (containers/image still
+    keeps its blob-info cache in /var/lib/containers/cache: not configurable)."""
 
     def __init__(self, store: Path) -> None:
         self.store = store
