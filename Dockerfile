@@ -3,9 +3,9 @@
 #   docker build -t ghcr.io/tenant-gateway/tenant-gateway:0.1.0 .
 #
 # Where no registry is reachable, `make image` builds this same file with
-# buildah on a Python base made from Debian packages (devstack/image.py):
+# buildah, passing a Python base made from Debian packages (devstack/image.py):
 #
-#   docker build --build-arg BASE_IMAGE=localhost/tenant-gateway/python-base:bookworm ...
+#   buildah bud --build-arg BASE_IMAGE=localhost/tenant-gateway/python-base:bookworm-<key> ...
 #
 # Both stages use BASE_IMAGE: the gateway lives in a virtual environment at
 # /opt/gateway, whose interpreter is the base's own python3 (python:3.11-slim's
