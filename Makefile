@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries helm-binary keycloak-dist manifests clean
+.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries helm-binary image keycloak-dist manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ cluster-binaries:
 # component ring: the chart's tests render with it, offline.
 helm-binary:
 	bash deploy/local-cluster/build-helm.sh >/dev/null
+
+# The gateway's OCI image, built from the Dockerfile by buildah on a Python
+# base made from Debian packages (no registry here to pull python:3.11-slim
+# from; devstack/image.py installs buildah and mmdebstrap with apt-get when
+# missing). Prints nothing; the archive, for `ctr images import`, is cached in
+# ~/.cache/tenant-gateway/image keyed by the Dockerfile and what it copies:
+# ~3 min the first time, instant while the sources are unchanged.
+# tests/integration/test_image.py runs it on the local node.
+image:
+	$(PYTHON) -m devstack.image >/dev/null
 
 # The browser tests (tests/browser) drive Debian's Chromium headless:
 # Playwright cannot download its own browsers here. Installed only when missing.
@@ -50,14 +60,17 @@ lint: $(STAMP)
 # an inner ring stops the run before the slow ones start, and explains any
 # failure they would have shown. The cluster ring starts the control plane,
 # node, PostgreSQL, Keycloak and Chromium once and shares them (browser tests last).
-# helm (for the component and cluster rings) builds meanwhile on a fresh
-# machine: see helm-binary.
+# helm (for the component and cluster rings) and the image (for the cluster
+# ring) build meanwhile on a fresh machine: see helm-binary and image.
 test: $(STAMP)
 	@mkdir -p .gateway
 	@bash deploy/local-cluster/build-helm.sh >/dev/null 2>.gateway/helm-build.log & helm=$$!; \
+	  $(PYTHON) -m devstack.image >/dev/null 2>.gateway/image-build.log & image=$$!; \
 	  $(MAKE) --no-print-directory test-pure || exit 1; \
 	  wait $$helm || { cat .gateway/helm-build.log >&2; exit 1; }; \
-	  $(MAKE) --no-print-directory test-component test-cluster
+	  $(MAKE) --no-print-directory test-component || exit 1; \
+	  wait $$image || { cat .gateway/image-build.log >&2; exit 1; }; \
+	  $(MAKE) --no-print-directory test-cluster
 
 test-pure: lint
 	$(BIN)/pytest -p no:cacheprovider tests/unit
@@ -65,7 +78,7 @@ test-pure: lint
 test-component: $(STAMP) helm-binary
 	$(BIN)/pytest -p no:cacheprovider tests/component
 
-test-cluster: $(STAMP) cluster-binaries helm-binary keycloak-dist $(CHROMIUM)
+test-cluster: $(STAMP) cluster-binaries helm-binary image keycloak-dist $(CHROMIUM)
 	$(BIN)/pytest -p no:cacheprovider tests/integration tests/attacks tests/browser
 
 bench: $(STAMP) cluster-binaries keycloak-dist

@@ -272,15 +272,18 @@ class LocalNode:
             time.sleep(0.1)
         raise ClusterStartError(f"containerd did not answer in time; log in {self.children.log_dir}")
 
+    def import_image(self, archive: Path) -> None:
+        """Load an image archive (docker-save or OCI) into the node's containerd:
+        pods run it with `imagePullPolicy: IfNotPresent` or `Never`."""
+        result = self._ctr("images", "import", str(archive))
+        if result.returncode != 0:
+            raise ClusterStartError(f"importing {archive.name} into containerd failed: {result.stderr.strip()}")
+
     def _import_images(self) -> None:
         present = set(self._ctr("images", "list", "--quiet").stdout.split())
         for archive in self.parts.images:
-            with_tag = _tag_of(archive)
-            if with_tag in present:
-                continue
-            result = self._ctr("images", "import", str(archive))
-            if result.returncode != 0:
-                raise ClusterStartError(f"importing {archive.name} into containerd failed: {result.stderr.strip()}")
+            if _tag_of(archive) not in present:
+                self.import_image(archive)
 
 
 def _tag_of(archive: Path) -> str:
