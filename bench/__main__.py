@@ -68,7 +68,7 @@ async def main() -> None:
                                                          requests=300 if QUICK else 3000,
                                                          flood_seconds=15 if QUICK else 40)),
                                ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
-                               ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
+                               ("issuance", issuance(stack, tenant)), ("onboarding", onboarding(stack)),
                                ("audit_burst", audit_burst(stack)),
                                ("soak", soak(stack, targets)),
                                # After the soak: its gateway under callgrind and the member's
