@@ -182,3 +182,20 @@ async def test_the_database_down_mid_issuance_is_503_for_every_caller_and_no_tok
         assert len(kube.issued) == 4 and kube.secrets == {}  # each token died with its Secret
     finally:
         await asyncio.to_thread(migrated_own_postgres.ensure_postgres_running)
+
+
+async def test_a_suspension_committed_while_the_token_is_minted_wins_and_no_token_leaves(make_gateway: Any) -> None:
+    kube = HeldTokenRequests(1)
+    gateway = await make_gateway(kube=kube)
+    db = gateway.server.app[keys.DATABASE]
+    owner, workspace_id = await team_workspace(gateway)
+    call = asyncio.create_task(owner.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}"))
+    async with asyncio.timeout(20):
+        await kube.arrived.wait()
+    # As a suspension's own commit would land (provisioning.suspension): the row first.
+    await db.fetchrow("UPDATE workspaces SET status = 'suspended' WHERE id = $1", workspace_id)
+    kube.release.set()
+    assert await error_of(await call) == (403, "workspace_suspended")
+    assert len(kube.issued) == 1 and kube.secrets == {}  # minted, never handed out, its Secret gone
+    assert await listed(owner) == []
+    assert await repo.query_audit(db, workspace_id=workspace_id, action="IssueKubeconfig") == []
