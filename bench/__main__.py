@@ -26,11 +26,13 @@ from bench.sso import preflight, sso
 from bench.sso import settings as sso_settings
 from bench.stack import Stack, temp_root
 from bench.workloads.audit_burst import audit_burst
+from bench.workloads.audit_ingest import audit_ingest
 from bench.workloads.cold_burst import cold_burst
 from bench.workloads.common import QUICK, ROUNDS, Targets, create_configmaps, interleaved
 from bench.workloads.issuing import issuance, onboarding
 from bench.workloads.members import member_get
 from bench.workloads.reads import list_500, small_get
+from bench.workloads.revocation import revocation_latency
 from bench.workloads.soak import soak
 from bench.workloads.stalled import stalled_readers
 from bench.workloads.watches import watches
@@ -70,6 +72,8 @@ async def main() -> None:
                                ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
                                ("issuance", issuance(stack, tenant)), ("onboarding", onboarding(stack)),
                                ("audit_burst", audit_burst(stack)),
+                               ("revocation", revocation_latency(stack)),
+                               ("audit_ingest", audit_ingest(stack)),
                                ("soak", soak(stack, targets)),
                                # After the soak: its gateway under callgrind and the member's
                                # account and token would otherwise land in the soak's window.

@@ -28,7 +28,6 @@ results/member-get.json.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import re
 import shutil
 import subprocess
@@ -38,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.workloads.common import create_configmaps
 from bench.stack import Stack, Tenant, run_load, temp_root
+from bench.workloads.common import create_configmaps
 
 REQUESTS = 300
 WARM_UP = 50
@@ -146,28 +145,15 @@ def measure_floor(stack: Stack, tenant: Tenant) -> float:
 
 def member_alone() -> None:
     """Issue 36's member row on a stack of its own, kept in results/member-get.json."""
-    from bench.record import record_alone
-    from bench.workloads.common import QUICK
+    from bench.alone import run_alone
     from bench.workloads.members import member_get, member_verdicts, print_member
 
-    started = datetime.datetime.now(datetime.timezone.utc)
-    stack = Stack(temp_root())
-    try:
-        stack.start()
+    async def run(stack: Stack) -> dict[str, Any]:
+        async with stack.session() as session:
+            tenant = await stack.new_tenant(session)
+        return await member_get(stack, tenant)
 
-        async def run() -> dict[str, Any]:
-            async with stack.session() as session:
-                tenant = await stack.new_tenant(session)
-            return await member_get(stack, tenant)
-
-        result = asyncio.run(run())
-    finally:
-        stack.stop()
-    path = record_alone("member-get", result, member_verdicts(result), quick=QUICK, started=started)
-    print_member(result)
-    for name, measured, ok in member_verdicts(result):
-        print(f"{name}: {measured} {'ok' if ok else 'MISSED'}")
-    print(f"written: {path}")
+    run_alone("member-get", run, member_verdicts, print_member)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import datetime
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 RESULTS = Path(__file__).with_name("results")
 
@@ -29,6 +29,8 @@ COLUMNS = (
     "sso_p50_vs_session", "sso_cpu_vs_session",
     "audit_rows_per_s", "audit_rows_lost",
     "member_instructions_vs_owner", "member_cpu_vs_owner",
+    "revocation_idle_p50_ms", "revocation_idle_p99_ms", "revocation_in_use_p50_ms", "revocation_in_use_p99_ms",
+    "audit_ingest_events_per_s", "audit_ingest_lag_p99_s",
     "verdicts_met", "verdicts_total",
 )
 """history.csv's columns. A cell is empty where the run lacks the figure
@@ -116,6 +118,12 @@ def history_row(result: dict[str, Any]) -> dict[str, str]:
         "audit_rows_lost": _audit_lost(result),
         "member_instructions_vs_owner": _get(result, "member_get", "instructions", "member_vs_owner"),
         "member_cpu_vs_owner": _get(result, "member_get", "cpu", "member_vs_owner"),
+        "revocation_idle_p50_ms": _get(result, "revocation", "idle", "p50_ms"),
+        "revocation_idle_p99_ms": _get(result, "revocation", "idle", "p99_ms"),
+        "revocation_in_use_p50_ms": _get(result, "revocation", "in_use", "p50_ms"),
+        "revocation_in_use_p99_ms": _get(result, "revocation", "in_use", "p99_ms"),
+        "audit_ingest_events_per_s": _whole(_get(result, "audit_ingest", "ceiling", "events_per_s")),
+        "audit_ingest_lag_p99_s": _get(result, "audit_ingest", "paced", "lag_p99_s"),
         "verdicts_met": sum(1 for v in verdicts if v["ok"]) if verdicts else None,
         "verdicts_total": len(verdicts) if verdicts else None,
     }
@@ -166,4 +174,17 @@ def record_alone(name: str, result: dict[str, Any], verdicts: list[tuple[str, st
                   verdicts=[{"target": n, "measured": v, "ok": ok} for n, v, ok in verdicts])
     path = directory / (f"{name}-quick.json" if quick else f"{name}.json")
     path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+def report_alone(name: str, result: dict[str, Any], verdicts: list[tuple[str, str, bool]],
+                 printer: Callable[[dict[str, Any]], None], *, quick: bool, started: datetime.datetime,
+                 directory: Path = RESULTS) -> Path:
+    """`record_alone`, then the row's table, its verdicts and where it was
+    written, printed: the end of every `python -m bench.<row>` run alone."""
+    path = record_alone(name, result, verdicts, quick=quick, started=started, directory=directory)
+    printer(result)
+    for target, measured, ok in verdicts:
+        print(f"  {target:<44} {measured:>16}  {'yes' if ok else 'NO'}")
+    print(f"\nwritten: {path}")
     return path

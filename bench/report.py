@@ -9,8 +9,10 @@ from bench.pods import pod_verdicts
 from bench.rolling import rolling_verdicts
 from bench.sso import print_sso, sso_verdicts
 from bench.workloads.audit_burst import audit_verdicts, print_audit
+from bench.workloads.audit_ingest import ingest_verdicts, print_ingest
 from bench.workloads.issuing import issuance_verdicts, print_issuance
 from bench.workloads.members import member_verdicts, print_member
+from bench.workloads.revocation import print_revocation, revocation_verdicts
 from bench.workloads.stalled import stalled_verdicts
 
 
@@ -58,7 +60,8 @@ def verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
     ]
     return (checks + pod_verdicts(r["pod_streams"]) + fairness_verdicts(r["fair_share"])
             + rolling_verdicts(r["rolling_restart"]) + stalled_verdicts(r["stalled_readers"])
-            + audit_verdicts(r["audit_burst"]) + member_verdicts(r["member_get"]) + sso_verdicts(r["sso"]))
+            + audit_verdicts(r["audit_burst"]) + revocation_verdicts(r["revocation"])
+            + ingest_verdicts(r["audit_ingest"]) + member_verdicts(r["member_get"]) + sso_verdicts(r["sso"]))
 
 
 def print_fair_share(r: dict[str, Any]) -> None:
@@ -88,6 +91,8 @@ def print_table(r: dict[str, Any]) -> None:
     print_fair_share(r["fair_share"])
     print_issuance(r["issuance"])
     print_audit(r["audit_burst"])
+    print_revocation(r["revocation"])
+    print_ingest(r["audit_ingest"])
     print_member(r["member_get"])
     print_sso(r["sso"])
     print("\ntarget                               measured     ok")

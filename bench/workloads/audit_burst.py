@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime
 import time
 import uuid
 from typing import Any
 
-from bench.record import record_alone
-from bench.stack import Stack, temp_root
+from bench.stack import Stack
 from bench.workloads.common import QUICK
 from provisioning.audit import AuditWriter
 from provisioning.db import repositories as repo
@@ -201,20 +199,7 @@ def print_audit(r: dict[str, Any]) -> None:
           f"rows {gateway['rows']}, {gateway['lost']} lost, {gateway['refused']} refused")
 
 
-async def _alone() -> None:
-    stack = Stack(temp_root())
-    started = datetime.datetime.now(datetime.timezone.utc)
-    try:
-        stack.start()
-        result = await audit_burst(stack)
-    finally:
-        stack.stop()
-    path = record_alone("audit-burst", result, audit_verdicts(result), quick=QUICK, started=started)
-    print_audit(result)
-    for name, value, ok in audit_verdicts(result):
-        print(f"  {name:<36} {value:>16}  {'yes' if ok else 'NO'}")
-    print(f"\nwritten: {path}")
-
-
 if __name__ == "__main__":
-    asyncio.run(_alone())
+    from bench.alone import run_alone
+
+    run_alone("audit-burst", audit_burst, audit_verdicts, print_audit)

@@ -10,14 +10,12 @@ Standalone: `python -m bench.workloads.stalled` (starts its own stack)."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import socket
 import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.record import record_alone
-from bench.stack import Stack, Tenant, temp_root
+from bench.stack import Stack, Tenant
 from bench.workloads.common import QUICK, create_configmaps
 
 STALLED = 10 if QUICK else 20
@@ -122,25 +120,20 @@ async def create_configmaps_labelled(stack: Stack, tenant: Tenant) -> None:
                             *(f"stalled-{i}" for i in range(_OBJECTS)), "bench=stalled")
 
 
-async def _standalone() -> None:
-    started = datetime.datetime.now(datetime.timezone.utc)
-    stack = Stack(temp_root())
-    try:
-        stack.start()
-        async with stack.session() as session:
-            tenant = await stack.new_tenant(session)
-        result = await stalled_readers(stack, tenant)
-    finally:
-        stack.stop()
-    path = record_alone("stalled-readers", result, stalled_verdicts(result), quick=QUICK, started=started)
-    print(f"written: {path}")
-    for sample in result["samples"]:
+def print_stalled(r: dict[str, Any]) -> None:
+    for sample in r["samples"]:
         print(sample)
-    for name, measured, ok in stalled_verdicts(result):
-        print(f"{name}: {measured} {'ok' if ok else 'MISSED'}")
-    print(f"RSS growth {STALLED} -> {10 * STALLED} stalled readers: {result['rss_growth_mib']:.1f} MiB "
-          f"({result['kib_per_added_stalled_reader']:.0f} KiB per added reader)")
+    print(f"RSS growth {STALLED} -> {10 * STALLED} stalled readers: {r['rss_growth_mib']:.1f} MiB "
+          f"({r['kib_per_added_stalled_reader']:.0f} KiB per added reader)")
+
+
+async def _standalone(stack: Stack) -> dict[str, Any]:
+    async with stack.session() as session:
+        tenant = await stack.new_tenant(session)
+    return await stalled_readers(stack, tenant)
 
 
 if __name__ == "__main__":
-    asyncio.run(_standalone())
+    from bench.alone import run_alone
+
+    run_alone("stalled-readers", _standalone, stalled_verdicts, print_stalled)

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench.record import COLUMNS, history_row, record
 
 
@@ -38,7 +40,8 @@ def test_the_row_holds_the_run_s_headline_figures_and_leaves_missing_ones_empty(
     # This run had no floor relay, pods, fair share or SSO workload.
     for missing in ("floor_cpu_ms_per_get", "exec_p50_vs_direct", "flood_p99_vs_idle", "sso_p50_vs_session",
                     "list_identity_vs_direct", "kib_rss_per_watch", "audit_rows_per_s", "audit_rows_lost",
-                    "member_instructions_vs_owner", "member_cpu_vs_owner"):
+                    "member_instructions_vs_owner", "member_cpu_vs_owner", "revocation_idle_p99_ms",
+                    "audit_ingest_events_per_s", "audit_ingest_lag_p99_s"):
         assert row[missing] == ""
 
 
@@ -68,6 +71,15 @@ def test_the_issuance_row_reports_the_gateway_against_both_api_paths_and_what_th
     # A run from before the binding was measured leaves its cells empty.
     old = history_row(_result())
     assert old["issuance_vs_raw_bound"] == "" and old["binding_cost_vs_unbound"] == ""
+
+
+def test_the_revocation_and_audit_ingest_rows_are_their_headline_figures() -> None:
+    row = history_row(_result(
+        revocation={"idle": {"p50_ms": 14.25, "p99_ms": 18.75}, "in_use": {"p50_ms": 5012.5, "p99_ms": 9876.5}},
+        audit_ingest={"ceiling": {"events_per_s": 8091.6}, "paced": {"lag_p99_s": 0.4712}}))
+    assert (row["revocation_idle_p50_ms"], row["revocation_idle_p99_ms"]) == ("14.25", "18.75")
+    assert (row["revocation_in_use_p50_ms"], row["revocation_in_use_p99_ms"]) == ("5012", "9876")
+    assert row["audit_ingest_events_per_s"] == "8092" and row["audit_ingest_lag_p99_s"] == "0.4712"
 
 
 def test_the_member_verdict_is_judged_by_instructions_within_five_percent() -> None:
@@ -123,3 +135,19 @@ def test_a_workload_run_alone_is_kept_with_its_commit_and_verdicts(tmp_path: Pat
     assert path.name == "stalled-readers-quick.json"
     assert kept["verdicts"] == [{"target": "target", "measured": "9 KiB", "ok": True}]
     assert kept["started"] == started.isoformat() and kept["commit"] and kept["x"] == 1
+
+
+def test_a_row_run_alone_is_printed_the_same_way_whatever_the_row(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import datetime
+
+    from bench.record import report_alone
+
+    started = datetime.datetime(2026, 12, 2, tzinfo=datetime.timezone.utc)
+    printed: list[dict[str, Any]] = []
+    path = report_alone("audit-ingest", {"x": 1}, [("a target", "5 /s", True), ("another", "7 s", False)],
+                        printed.append, quick=False, started=started, directory=tmp_path)
+    assert path == tmp_path / "audit-ingest.json" and printed[0]["x"] == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[-1] for line in lines if "target" in line or "another" in line] == ["yes", "NO"]
+    assert lines[-1] == f"written: {path}"
