@@ -70,7 +70,7 @@ async def main() -> None:
                                                          requests=300 if QUICK else 3000,
                                                          flood_seconds=15 if QUICK else 40)),
                                ("rolling_restart", rolling_restart(stack, tenant, getters=8, watches=20)),
-                               ("issuance", issuance(stack, targets)), ("onboarding", onboarding(stack)),
+                               ("issuance", issuance(stack, tenant)), ("onboarding", onboarding(stack)),
                                ("audit_burst", audit_burst(stack)),
                                ("revocation", revocation_latency(stack)),
                                ("audit_ingest", audit_ingest(stack)),

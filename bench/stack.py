@@ -99,7 +99,7 @@ REFERENCES_SOURCE = Path(__file__).with_name("references")
 # ConfigMaps of 1 MiB: the stalled-readers row sends each watch 24 of 512 KiB
 # (the shipped basic tier caps them at 64 KiB, which its admission enforces).
 BENCH_TIERS = ('basic: {hard: {requests.cpu: "4", limits.memory: 8Gi, configmaps: "100000"}, '
-               'objectBytes: {configMap: 1Mi}}\n')
+               'objectBytes: {configMap: 1Mi}, liveCredentials: 10000}\n')
 
 
 @dataclass

@@ -76,18 +76,17 @@ async def issue_token(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, 
     workspace = seat.workspace
     tier = tiers.get(workspace.tier)
     allowed = tier.live_credentials if tier is not None else DEFAULT_LIVE_CREDENTIALS
-    if await credential_rows.live_count(db, workspace.id) >= allowed:
-        # Each live one holds a Secret in the namespace; the quota has room for this many.
-        raise Conflict(f"this workspace holds {allowed} live credentials, as many as its tier allows; revoke "
-                          "some (DELETE /api/v1/credentials/{id}) or wait for them to expire",
-                          code="too_many_credentials")
     credential_id = uuid.uuid4()
     pending = Credential(
         id=credential_id, user_id=user.id, workspace_id=workspace.id, kind=kind, namespace=workspace.namespace,
         service_account=seat.service_account, secret_name=manifests.credential_secret_name(credential_id), jti=None,
         issued_at=_now(), expires_at=_now() + datetime.timedelta(seconds=ttl_seconds), ip_address=ip_address,
         user_agent=(user_agent or "")[:MAX_USER_AGENT] or None)
-    await credential_rows.begin(db, pending)
+    if not await credential_rows.begin(db, pending, within=allowed):
+        # Each live one holds a Secret in the namespace; the quota has room for this many.
+        raise Conflict(f"this workspace holds {allowed} live credentials, as many as its tier allows; revoke "
+                          "some (DELETE /api/v1/credentials/{id}) or wait for them to expire",
+                          code="too_many_credentials")
     try:
         secret = await kube.create(f"/api/v1/namespaces/{workspace.namespace}/secrets", manifests.credential_secret(
             workspace.namespace, str(workspace.id), str(credential_id)))

@@ -1,20 +1,34 @@
 """Kubeconfig issuance and onboarding through the gateway, against the raw
-API calls made with the gateway's own credential."""
+API calls made with the gateway's own credential.
+
+Issuance is measured three ways in interleaved rounds, 8 clients each: a
+kubeconfig through the gateway; a bare TokenRequest (`raw`, the issue's
+baseline); and the API calls the gateway must make for one (`raw_bound`:
+a data-less Secret of its type, then a TokenRequest bound to it). Beside
+each, the CPU per issuance of the gateway, the API server, etcd,
+PostgreSQL and the load, read from /proc: on this 2-core machine every
+process takes its CPU from the others, so where it goes says what bounds
+the rate. Alone: `python -m bench.workloads.issuing` (its own stack; the
+cluster lock), written to results/issuance.json."""
 
 from __future__ import annotations
 
 import asyncio
 import random
 import time
+import uuid
 from typing import Any, Awaitable, Callable
 
 import aiohttp
 
-from bench.stack import Stack
-from bench.workloads.common import QUICK, ROUNDS, Targets, interleaved, median, pct
+from bench.stack import Stack, Tenant
+from bench.workloads.common import QUICK, ROUNDS, interleaved, median, pct
 
 
-async def timed_calls(count: int, concurrency: int, call: Callable[[int], Awaitable[None]]) -> dict[str, float]:
+async def timed_calls(count: int, concurrency: int, call: Callable[[int], Awaitable[None]],
+                      cpu: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
+    """Throughput and latency of `count` calls, `concurrency` at a time; with
+    `cpu` (stack_cpu_seconds), the CPU milliseconds per call of each process group too."""
     latencies: list[float] = []
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -24,15 +38,49 @@ async def timed_calls(count: int, concurrency: int, call: Callable[[int], Awaita
             await call(i)
             latencies.append(time.perf_counter() - start)
 
+    before = cpu() if cpu else {}
     began = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(count)))
     seconds = time.perf_counter() - began
-    return {"rate": count / seconds, "p50_ms": pct(latencies, 0.5) * 1000, "p99_ms": pct(latencies, 0.99) * 1000}
+    after = cpu() if cpu else {}
+    used = {f"cpu_ms_{group}": (after[group] - before[group]) * 1000 / count for group in after}
+    return {"rate": count / seconds, "p50_ms": pct(latencies, 0.5) * 1000, "p99_ms": pct(latencies, 0.99) * 1000,
+            **used}
 
 
-def medians_of_rounds(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
-    return {name: {k: median([r[k] for r in results]) for k in ("rate", "p50_ms", "p99_ms")}
-            for name, results in rounds.items()}
+def medians_of_rounds(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    return {name: {k: median([r[k] for r in results]) for k in results[0]} for name, results in rounds.items()}
+
+
+CPU_GROUPS = ("gateway", "kube-apiserver", "etcd", "postgres", "load")
+"""Where an issuance's CPU goes: the processes of the stack (and this one,
+the load) by name; every other process on the machine is left out."""
+
+
+def stack_cpu_seconds(stack: Stack) -> dict[str, float]:
+    """CPU seconds so far of this stack's gateway, API server, etcd and
+    PostgreSQL (its postmaster names the stack's root; its backends are the
+    postmaster's children), and of this process, which makes the load."""
+    import psutil
+
+    assert stack.gateway is not None
+    me = psutil.Process()
+    groups: dict[str, list[psutil.Process]] = {"gateway": [psutil.Process(stack.gateway.pid)], "load": [me]}
+    for child in me.children(recursive=True):
+        if child.name() in ("kube-apiserver", "etcd"):
+            groups.setdefault(child.name(), []).append(child)
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if process.info["name"] == "postgres" and str(stack.root) in " ".join(process.info["cmdline"] or ()):
+            groups["postgres"] = [process, *process.children()]
+    totals = dict.fromkeys(CPU_GROUPS, 0.0)
+    for group, processes in groups.items():
+        for process in processes:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue  # a backend that ended meanwhile
+            totals[group] += times.user + times.system
+    return totals
 
 
 def gateway_identity_session(stack: Stack) -> aiohttp.ClientSession:
@@ -46,11 +94,21 @@ def gateway_identity_session(stack: Stack) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=context))
 
 
-async def issuance(stack: Stack, targets: Targets) -> dict[str, Any]:
+async def issuance(stack: Stack, tenant: Tenant) -> dict[str, Any]:
+    """Kubeconfigs through the gateway against, with the gateway's own
+    credential: a bare TokenRequest (`raw`), and the binding the gateway
+    adds, a data-less Secret of its type made and the token bound to it
+    (`raw_bound`). Rounds interleaved; each round's Secrets are deleted
+    after it, outside the timing."""
+    from provisioning import manifests
+
     assert stack.cluster is not None
-    tenant, count = targets.tenant, 50 if QUICK else 300
+    count = 50 if QUICK else 300
     server = stack.cluster.server
     headers = {"Authorization": f"Bearer {tenant.session_token}"}
+    token_url = f"{server}/api/v1/namespaces/{tenant.namespace}/serviceaccounts/sa-tenant-admin/token"
+    secrets_url = f"{server}/api/v1/namespaces/{tenant.namespace}/secrets"
+    made: list[str] = []
     async with stack.session() as gw, gateway_identity_session(stack) as raw:
         async def via_gateway(_i: int) -> None:
             async with gw.get(f"{stack.gateway_url}/api/v1/workspaces/credentials/kubeconfig", headers=headers) as r:
@@ -58,15 +116,63 @@ async def issuance(stack: Stack, targets: Targets) -> dict[str, Any]:
                 await r.read()
 
         async def raw_token(_i: int) -> None:
-            async with raw.post(f"{server}/api/v1/namespaces/{tenant.namespace}/serviceaccounts/sa-tenant-admin/token",
-                                json={"spec": {"expirationSeconds": 7200}}) as r:
+            async with raw.post(token_url, json={"spec": {"expirationSeconds": 7200}}) as r:
                 assert r.status == 201
                 await r.read()
 
-        rounds: dict[str, list[dict[str, float]]] = {"gateway": [], "raw": []}
-        for name in interleaved(["gateway", "raw"], ROUNDS):
-            rounds[name].append(await timed_calls(count // ROUNDS, 8, via_gateway if name == "gateway" else raw_token))
+        async def raw_bound(_i: int) -> None:
+            credential = uuid.uuid4()
+            name = manifests.credential_secret_name(credential)
+            secret = manifests.credential_secret(tenant.namespace, tenant.workspace_id, str(credential))
+            async with raw.post(secrets_url, json=secret) as r:
+                assert r.status == 201, await r.text()
+                uid = (await r.json())["metadata"]["uid"]
+            made.append(name)
+            async with raw.post(token_url, json=manifests.token_request(7200, None, {"name": name, "uid": uid})) as r:
+                assert r.status == 201, await r.text()
+                await r.read()
+
+        calls = {"gateway": via_gateway, "raw": raw_token, "raw_bound": raw_bound}
+        rounds: dict[str, list[dict[str, float]]] = {name: [] for name in calls}
+        for name in interleaved(list(calls), ROUNDS):
+            rounds[name].append(await timed_calls(count // ROUNDS, 8, calls[name], lambda: stack_cpu_seconds(stack)))
+            while made:
+                async with raw.delete(f"{secrets_url}/{made.pop()}") as r:
+                    await r.read()
     return medians_of_rounds(rounds)
+
+
+BINDING_TOLERANCE = 1.15
+"""Issue 37: an issuance with its binding Secret costs at most this much
+more than one without."""
+
+
+def binding_cost(r: dict[str, Any]) -> float:
+    """What the binding adds, as time per issuance at 8 clients: a Secret
+    made and the token bound to it, against a bare TokenRequest, both with
+    the gateway's own credential (no gateway in either)."""
+    return float(r["raw"]["rate"] / r["raw_bound"]["rate"])
+
+
+def issuance_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    gateway, raw = r["gateway"], r["raw"]
+    return [
+        ("issuance >= 0.85x raw TokenRequest", f"{gateway['rate'] / raw['rate']:.2f}x", gateway["rate"] >= 0.85 * raw["rate"]),
+        ("issuance p99 <= 50 ms", f"{gateway['p99_ms']:.1f} ms", gateway["p99_ms"] <= 50),
+        (f"binding <= {BINDING_TOLERANCE}x the cost without", f"{binding_cost(r):.2f}x",
+         binding_cost(r) <= BINDING_TOLERANCE),
+    ]
+
+
+def print_issuance(r: dict[str, Any]) -> None:
+    print("\nissuance (8 clients)  target        per s   p50 ms   p99 ms   CPU ms per issuance: "
+          + ", ".join(CPU_GROUPS))
+    for name, v in r.items():
+        if isinstance(v, dict) and "rate" in v:
+            cpu = " ".join(f"{v.get(f'cpu_ms_{group}', 0):>5.2f}" for group in CPU_GROUPS)
+            print(f"  {'':<18} {name:<12} {v['rate']:>7.1f}  {v['p50_ms']:>7.2f}  {v['p99_ms']:>7.2f}   {cpu}")
+    print(f"  gateway / raw_bound {r['gateway']['rate'] / r['raw_bound']['rate']:.2f}x (what the gateway adds to "
+          "the API calls it must make)")
 
 
 async def onboarding(stack: Stack) -> dict[str, Any]:
@@ -100,3 +206,32 @@ async def onboarding(stack: Stack) -> dict[str, Any]:
         for name in interleaved(["gateway", "raw"], ROUNDS):
             rounds[name].append(await timed_calls(per_round, 4, via_gateway if name == "gateway" else raw_creates))
     return {**medians_of_rounds(rounds), "half_made": sum(1 for s in statuses if s != "provisioned")}
+
+
+async def _alone() -> None:
+    """`python -m bench.workloads.issuing`: the issuance row on its own stack
+    (the cluster lock), written to results/issuance.json."""
+    import datetime
+
+    from bench.record import record_alone
+    from bench.stack import temp_root
+
+    stack = Stack(temp_root())
+    started = datetime.datetime.now(datetime.timezone.utc)
+    try:
+        stack.start()
+        async with stack.session() as session:
+            tenant = await stack.new_tenant(session)
+        result = await issuance(stack, tenant)
+    finally:
+        stack.stop()
+    print(stack.root)
+    path = record_alone("issuance", result, issuance_verdicts(result), quick=QUICK, started=started)
+    print_issuance(result)
+    for name, value, ok in issuance_verdicts(result):
+        print(f"  {name:<36} {value:>12}  {'yes' if ok else 'NO'}")
+    print(f"\nwritten: {path}")
+
+
+if __name__ == "__main__":
+    asyncio.run(_alone())

@@ -25,16 +25,24 @@ def _credential(row: asyncpg.Record) -> Credential:
                       user_agent=row["user_agent"], last_used_at=row["last_used_at"])
 
 
-async def begin(db: Database, credential: Credential) -> None:
-    """The issuance's row, before its binding Secret is made: whatever
-    happens next, the Secret is on record and swept once expired."""
-    await db.fetchrow(
+async def begin(db: Database, credential: Credential, *, within: int) -> bool:
+    """The issuance's row, before its binding Secret is made (whatever
+    happens next, the Secret is on record and swept once expired), if the
+    workspace holds fewer than `within` live credentials: each holds a
+    Secret in its quota. False, nothing written, when it holds that many.
+    The count and the row are one statement: one round trip fewer on
+    every issuance than a count read first."""
+    row = await db.fetchrow(
         """INSERT INTO credentials (id, user_id, workspace_id, kind, namespace, service_account, secret_name,
                                     expires_at, ip_address, user_agent)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet, $10)""",
+           SELECT $1::uuid, $2::uuid, $3::uuid, $4::text, $5::text, $6::text, $7::text, $8::timestamptz,
+                  $9::inet, $10::text
+           WHERE (SELECT count(*) FROM credentials WHERE workspace_id = $3 AND secret_deleted_at IS NULL) < $11
+           RETURNING true""",
         credential.id, credential.user_id, credential.workspace_id, credential.kind, credential.namespace,
         credential.service_account, credential.secret_name, credential.expires_at, credential.ip_address,
-        credential.user_agent)
+        credential.user_agent, within)
+    return row is not None
 
 
 async def finish(db: Database, credential_id: uuid.UUID, jti: str | None, expires_at: datetime.datetime,
@@ -108,10 +116,3 @@ async def to_sweep(db: Database, batch: int, unfinished_after_seconds: float) ->
 async def mark_swept(db: Database, credential_ids: Sequence[uuid.UUID]) -> None:
     await db.fetch("UPDATE credentials SET secret_deleted_at = now() WHERE id = ANY($1::uuid[])",
                    list(credential_ids))
-
-
-async def live_count(db: Database, workspace_id: uuid.UUID) -> int:
-    """Binding Secrets the workspace holds now (each counts in its quota)."""
-    row = await db.fetchrow(
-        "SELECT count(*) AS live FROM credentials WHERE workspace_id = $1 AND secret_deleted_at IS NULL", workspace_id)
-    return int(row["live"]) if row else 0

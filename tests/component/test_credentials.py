@@ -10,6 +10,7 @@ since accepting an invitation needs single sign-on.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -17,6 +18,7 @@ from provisioning import revocation
 from provisioning.db import repositories as repo
 from proxy import keys
 from tests.fakes.kube import FakeCluster
+from tests.support.databases import stop_postgres
 from tests.support.gatewayclient import Session, error_of
 from tests.support.members import join, team_workspace
 
@@ -141,3 +143,59 @@ async def test_the_secrets_of_expired_credentials_are_swept(make_gateway: Any) -
     assert await revocation.sweep(db, kube) == 1
     assert kube.unbound == [f"credential-{old['id']}"] and f"credential-{new['id']}" in kube.secrets
     assert await revocation.sweep(db, kube) == 0
+
+
+class HeldTokenRequests(FakeCluster):
+    """FAKE: bound TokenRequests wait until released, so the database can
+    go down while several issuances are between their Secret and their
+    audit row (a real API server answers too fast to aim at that moment)."""
+
+    def __init__(self, held: int) -> None:
+        super().__init__()
+        self.held, self.arrived, self.release = held, asyncio.Event(), asyncio.Event()
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/token") and (body.get("spec") or {}).get("boundObjectRef"):
+            self.held -= 1
+            if self.held == 0:
+                self.arrived.set()
+            await self.release.wait()
+        return await super().create(path, body)
+
+
+async def test_the_database_down_mid_issuance_is_503_for_every_caller_and_no_token_leaves(
+        make_gateway: Any, migrated_own_postgres: Any) -> None:
+    kube = HeldTokenRequests(4)
+    gateway = await make_gateway(kube=kube, GATEWAY_DATABASE_URL=migrated_own_postgres.get_uri(),
+                                 GATEWAY_DATABASE_TIMEOUT_SECONDS="2")
+    owner, workspace_id = await team_workspace(gateway)
+    calls = [asyncio.create_task(owner.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}"))
+             for _ in range(4)]
+    async with asyncio.timeout(20):
+        await kube.arrived.wait()
+    assert len(kube.secrets) == 4
+    await stop_postgres(migrated_own_postgres)
+    try:
+        kube.release.set()  # four tokens minted, none of their audit rows can be written
+        answers = await asyncio.gather(*calls)
+        assert [await error_of(answer) for answer in answers] == [(503, "database_unavailable")] * 4
+        assert len(kube.issued) == 4 and kube.secrets == {}  # each token died with its Secret
+    finally:
+        await asyncio.to_thread(migrated_own_postgres.ensure_postgres_running)
+
+
+async def test_a_suspension_committed_while_the_token_is_minted_wins_and_no_token_leaves(make_gateway: Any) -> None:
+    kube = HeldTokenRequests(1)
+    gateway = await make_gateway(kube=kube)
+    db = gateway.server.app[keys.DATABASE]
+    owner, workspace_id = await team_workspace(gateway)
+    call = asyncio.create_task(owner.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}"))
+    async with asyncio.timeout(20):
+        await kube.arrived.wait()
+    # As a suspension's own commit would land (provisioning.suspension): the row first.
+    await db.fetchrow("UPDATE workspaces SET status = 'suspended' WHERE id = $1", workspace_id)
+    kube.release.set()
+    assert await error_of(await call) == (403, "workspace_suspended")
+    assert len(kube.issued) == 1 and kube.secrets == {}  # minted, never handed out, its Secret gone
+    assert await listed(owner) == []
+    assert await repo.query_audit(db, workspace_id=workspace_id, action="IssueKubeconfig") == []

@@ -57,6 +57,22 @@ def test_the_member_row_is_the_instruction_ratio_with_the_timed_one_beside_it() 
     assert row["member_instructions_vs_owner"] == "1.012" and row["member_cpu_vs_owner"] == "0.9877"
 
 
+def test_the_issuance_row_reports_the_gateway_against_both_api_paths_and_what_the_binding_costs() -> None:
+    from bench.workloads.issuing import issuance_verdicts
+
+    issuance = {"gateway": {"rate": 80.0, "p99_ms": 40.0}, "raw": {"rate": 400.0}, "raw_bound": {"rate": 100.0}}
+    row = history_row(_result(issuance=issuance))
+    assert row["issuance_vs_raw"] == "0.2" and row["issuance_vs_raw_bound"] == "0.8"
+    assert row["binding_cost_vs_unbound"] == "4"  # a bound issuance takes 4 times as long as a bare TokenRequest
+    assert [(name, value, ok) for name, value, ok in issuance_verdicts(issuance)] == [
+        ("issuance >= 0.85x raw TokenRequest", "0.20x", False), ("issuance p99 <= 50 ms", "40.0 ms", True),
+        ("binding <= 1.15x the cost without", "4.00x", False)]
+    assert issuance_verdicts({**issuance, "raw_bound": {"rate": 350.0}})[2][2]  # 400 / 350 = 1.14x
+    # A run from before the binding was measured leaves its cells empty.
+    old = history_row(_result())
+    assert old["issuance_vs_raw_bound"] == "" and old["binding_cost_vs_unbound"] == ""
+
+
 def test_the_revocation_and_audit_ingest_rows_are_their_headline_figures() -> None:
     row = history_row(_result(
         revocation={"idle": {"p50_ms": 14.25, "p99_ms": 18.75}, "in_use": {"p50_ms": 5012.5, "p99_ms": 9876.5}},
