@@ -101,6 +101,8 @@ async def test_each_workspace_reaches_its_own_cluster_with_a_token_its_cluster_m
     text = await metrics_text(gateway)
     assert metric(text, 'tenant_gateway_cluster_token_requests_total{cluster="a",result="success"}') == 1
     assert metric(text, 'tenant_gateway_cluster_token_requests_total{cluster="b",result="success"}') == 1
+    for cluster in ("a", "b"):
+        assert metric(text, f'tenant_gateway_cluster_proxied_requests_total{{cluster="{cluster}",kind="read"}}') == 1
 
 
 @pytest.mark.parametrize("crafted", [
