@@ -30,9 +30,8 @@ async def begin(db: Database, credential: Credential) -> None:
     happens next, the Secret is on record and swept once expired."""
     await db.fetchrow(
         """INSERT INTO credentials (id, user_id, workspace_id, kind, namespace, service_account, secret_name,
-                                    expires_at, ip_address, user_agent, cluster)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet, $10,
-                   COALESCE((SELECT cluster FROM workspaces WHERE id = $3), 'default'))""",
+                                    expires_at, ip_address, user_agent)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet, $10)""",
         credential.id, credential.user_id, credential.workspace_id, credential.kind, credential.namespace,
         credential.service_account, credential.secret_name, credential.expires_at, credential.ip_address,
         credential.user_agent)

@@ -14,8 +14,17 @@ CREATE INDEX workspaces_cluster ON workspaces (cluster);
 
 -- A credential was issued by its workspace's cluster: a jti is unique per
 -- token, but audit receivers are per cluster, so it is joined per cluster.
+-- Set here, from the workspace, whatever statement inserts the row: the
+-- one place that decides it, and never a credential on another cluster.
 ALTER TABLE credentials ADD COLUMN cluster text NOT NULL DEFAULT 'default';
 UPDATE credentials c SET cluster = w.cluster FROM workspaces w WHERE w.id = c.workspace_id;
+CREATE FUNCTION tenant_gateway_credential_cluster() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.cluster := COALESCE((SELECT cluster FROM workspaces WHERE id = NEW.workspace_id), NEW.cluster);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER credential_cluster BEFORE INSERT ON credentials
+    FOR EACH ROW EXECUTE FUNCTION tenant_gateway_credential_cluster();
 DROP INDEX credentials_jti;
 -- jti first: the audit join looks events up by jti (then checks the cluster).
 CREATE UNIQUE INDEX credentials_jti ON credentials (jti, cluster) WHERE jti IS NOT NULL;
