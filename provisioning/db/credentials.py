@@ -22,7 +22,7 @@ def _credential(row: asyncpg.Record) -> Credential:
                       secret_name=row["secret_name"], jti=row["jti"], issued_at=row["issued_at"],
                       expires_at=row["expires_at"], revoked_at=row["revoked_at"],
                       ip_address=str(row["ip_address"]) if row["ip_address"] else None,
-                      user_agent=row["user_agent"], last_used_at=row["last_used_at"])
+                      user_agent=row["user_agent"], last_used_at=row["last_used_at"], cluster=row["cluster"])
 
 
 async def begin(db: Database, credential: Credential, *, within: int) -> bool:
