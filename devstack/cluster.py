@@ -225,6 +225,7 @@ class LocalCluster:
     started_in: float = 0.0
     """Seconds the last `start` took (the bench's cluster start time)."""
     _children: Children = field(init=False)
+    _apiserver_argv: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self._children = Children(self.state_dir / "logs")
@@ -410,8 +411,18 @@ class LocalCluster:
         ])
         return url
 
+    def stop_apiserver(self) -> None:
+        """Take the API server away (connections refused), the rest running:
+        a cluster that is down, for the gateway's tests."""
+        self._children.stop("kube-apiserver")
+
+    def restart_apiserver(self, timeout: float = 60.0) -> None:
+        """Start the API server again, as before and on the same port; back when ready."""
+        self._children.spawn("kube-apiserver", self._apiserver_argv)
+        self._wait_for(self._apiserver_ready, "kube-apiserver", time.monotonic() + timeout)
+
     def _start_apiserver(self, pki_dir: Path, etcd_url: str, port: int) -> None:
-        self._children.spawn("kube-apiserver", [
+        self._apiserver_argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
             # Old revisions a write loop leaves in etcd live until compaction:
@@ -446,7 +457,8 @@ class LocalCluster:
             "--profiling=false",
             # The audit log, sent to the gateway's audit listener (devstack.auditing).
             *auditing.write_config(self.state_dir, pki_dir, self.audit_webhook_port),
-        ])
+        ]
+        self._children.spawn("kube-apiserver", self._apiserver_argv)
 
     def _start_controller_manager(self, pki_dir: Path) -> None:
         self._children.spawn("kube-controller-manager", [
