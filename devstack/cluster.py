@@ -413,8 +413,9 @@ class LocalCluster:
 
     def stop_apiserver(self) -> None:
         """Take the API server away (connections refused), the rest running:
-        a cluster that is down, for the gateway's tests."""
-        self._children.stop("kube-apiserver")
+        a cluster that is down, for the gateway's tests. Killed after a
+        second: asked to stop, it takes ten (it is a crash, not a drain)."""
+        self._children.stop("kube-apiserver", timeout=1.0)
 
     def restart_apiserver(self, timeout: float = 60.0) -> None:
         """Start the API server again, as before and on the same port; back when ready."""
