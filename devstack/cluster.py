@@ -411,6 +411,10 @@ class LocalCluster:
         ])
         return url
 
+    def pids(self) -> dict[str, int]:
+        """The control plane's processes (not the node's), by name: for the bench's memory figures."""
+        return self._children.pids()
+
     def stop_apiserver(self) -> None:
         """Take the API server away (connections refused), the rest running:
         a cluster that is down, for the gateway's tests. Killed after a
