@@ -41,6 +41,7 @@ from provisioning.db import members as rows
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import ClusterUnavailable, Conflict, NotFound
+from provisioning.fleet import Fleet, client_for
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeNotFound
 from provisioning.kube.tokens import TOKEN_CACHE_GRACE_SECONDS
@@ -269,7 +270,7 @@ async def uninvite(db: Database, workspace: Workspace, actor: User, email: str, 
 
 # -- users ---------------------------------------------------------------------
 
-async def revoke_user(db: Database, kube: KubeApi, user_id: uuid.UUID, actor: User,
+async def revoke_user(db: Database, kube: KubeApi | Fleet, user_id: uuid.UUID, actor: User,
                       ip_address: str | None) -> list[str]:
     """A suspended user's account deleted in every workspace they belong
     to: their downloaded kubeconfigs stop authenticating. Made again at
@@ -282,8 +283,9 @@ async def revoke_user(db: Database, kube: KubeApi, user_id: uuid.UUID, actor: Us
             current = await rows.membership(db, workspace.id, user_id)
             if current is None or current.service_account_uid is None:
                 continue
-            await _revoke(kube, workspace, current.service_account)
-            await revocation.revoke_all(db, kube, workspace.id, user_id, actor, ip_address, why="user suspended")
+            here = client_for(kube, workspace.cluster)  # each workspace on its own cluster
+            await _revoke(here, workspace, current.service_account)
+            await revocation.revoke_all(db, here, workspace.id, user_id, actor, ip_address, why="user suspended")
             async with db.transaction() as connection:
                 await rows.set_account(connection, workspace.id, user_id, None, revoked=True,
                                        owner=user_id == workspace.user_id)
@@ -295,7 +297,7 @@ async def revoke_user(db: Database, kube: KubeApi, user_id: uuid.UUID, actor: Us
     return done
 
 
-async def signed_in(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, tiers: Mapping[str, Tier],
+async def signed_in(db: Database, kube: KubeApi | Fleet, cluster_roles: ClusterRoles, tiers: Mapping[str, Tier],
                     user: User, provider: str,
                     email: str, groups: Iterable[str]) -> None:
     """What a sign-in through `provider` (whose email it verified) changes:
@@ -329,14 +331,16 @@ async def signed_in(db: Database, kube: KubeApi, cluster_roles: ClusterRoles, ti
         elif member.role != binding.role:
             workspace = await repo.get_workspace(db, workspace_id)
             if workspace is not None:
-                await change_role(db, kube, cluster_roles, workspace, user, user.id, binding.role, None, direct=False)
+                await change_role(db, client_for(kube, workspace.cluster), cluster_roles, workspace, user, user.id,
+                                  binding.role, None, direct=False)
     for workspace_id, member in held.items():
         if member.group_provider != provider:
             continue  # another provider's groups are that provider's to say
         workspace = await repo.get_workspace(db, workspace_id)
         if workspace is not None:
             try:
-                await remove(db, kube, workspace, None, user.id, None, why="no longer in the group")
+                await remove(db, client_for(kube, workspace.cluster), workspace, None, user.id, None,
+                             why="no longer in the group")
             except (NotFound, Conflict):
                 pass
 

@@ -8,6 +8,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from provisioning.clusters import DEFAULT_CLUSTER
+
 WorkspaceStatus = Literal["provisioning", "provisioned", "suspended"]
 Role = Literal["admin", "edit", "view"]
 
@@ -38,11 +40,16 @@ class Workspace:
     status: WorkspaceStatus
     created_at: datetime.datetime
     service_account_uid: str | None = None
+    cluster: str = DEFAULT_CLUSTER
+    """The cluster it is on (provisioning.placement); never changes."""
+    dedicated: bool = False
+    """It holds its cluster alone (a dedicated tier's workspace)."""
 
     def public(self, quota: dict[str, str] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": str(self.id),
             "user_id": str(self.user_id),
+            "cluster": self.cluster,
             "namespace": self.namespace,
             "service_account": self.service_account,
             "status": self.status,
@@ -149,6 +156,8 @@ class Credential:
     ip_address: str | None = None
     user_agent: str | None = None
     last_used_at: datetime.datetime | None = None
+    cluster: str = DEFAULT_CLUSTER
+    """Its workspace's cluster, which minted it and holds its Secret."""
 
     def public(self) -> dict[str, Any]:
         def when(moment: datetime.datetime | None) -> str | None:

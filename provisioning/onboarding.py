@@ -23,15 +23,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
-from provisioning import manifests
+from provisioning import manifests, placement
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import BadRequest, ClusterUnavailable, Conflict
+from provisioning.fleet import Fleet
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAlreadyExists, KubeForbidden, KubeNotFound
 from provisioning.models import AuditEvent, User, Workspace
 from provisioning.tiers import Tier
-
 
 # How long an onboarding waits for a suspension, resume or other onboarding
 # of the same workspace under way (then 409).
@@ -145,12 +145,33 @@ async def onboarded_already(db: Database, user: User, requested_tier: str, *,
     return Onboarded(owned[0], tiers.get(owned[0].tier) or tiers[requested_tier], provisioned_now=False)
 
 
-async def onboard(db: Database, kube: KubeApi, user: User, requested_tier: str, *,
-                  tiers: Mapping[str, Tier], cluster_role: str, ip_address: str | None) -> Onboarded:
+async def _claim(db: Database, fleet: Fleet, user: User, tier: Tier, namespace: str, *,
+                 cluster: str | None, labels: Mapping[str, str] | None) -> Workspace:
+    """The user's workspace row: the one there, else a new one on the
+    cluster placement chooses (provisioning.placement)."""
+    owned = await repo.workspaces_of(db, user.id)
+    if owned:  # the first call placed it; a repeat never moves it
+        return owned[0]
+    occupancy = await repo.cluster_occupancy(db)
+    chosen = placement.place(tier, fleet.settings, workspaces={name: count for name, (count, _) in occupancy.items()},
+                             occupied={name for name, (count, _) in occupancy.items() if count},
+                             requested=cluster, labels=labels)
+    workspace, _ = await repo.claim_workspace(db, user.id, namespace, manifests.TENANT_SERVICE_ACCOUNT, tier.name,
+                                              cluster=chosen.name, dedicated=tier.dedicated)
+    return workspace
+
+
+async def onboard(db: Database, fleet: Fleet, user: User, requested_tier: str, *,
+                  tiers: Mapping[str, Tier], cluster_role: str, ip_address: str | None,
+                  cluster: str | None = None, labels: Mapping[str, str] | None = None) -> Onboarded:
+    """Onboard `user` on the cluster placement chooses (`cluster` or
+    `labels` asked for, within what the tier allows), or finish their
+    workspace's onboarding where it is."""
     if requested_tier not in tiers:
         raise BadRequest(f"unknown tier {requested_tier!r}; known: {', '.join(sorted(tiers))}", code="unknown_tier")
     namespace = manifests.namespace_for(user.id)
-    workspace, _ = await repo.claim_workspace(db, user.id, namespace, manifests.TENANT_SERVICE_ACCOUNT, requested_tier)
+    workspace = await _claim(db, fleet, user, tiers[requested_tier], namespace, cluster=cluster, labels=labels)
+    kube = fleet.of(workspace).kube
     # The first call decided the tier; a repeat answers with the same workspace.
     tier = tiers.get(workspace.tier) or tiers[requested_tier]
     if workspace.status != "provisioning":
@@ -166,7 +187,7 @@ async def onboard(db: Database, kube: KubeApi, user: User, requested_tier: str, 
         made = {step.kind: str((obj.get("metadata") or {}).get("uid", "")) for step, obj in zip(steps[1:], objects[1:])}
         done = await repo.finish_provisioning(db, workspace.id, made["ServiceAccount"], AuditEvent(
             "InitWorkspace", user.id, workspace.id, ip_address,
-            {"namespace": namespace, "tier": tier.name, "objects": sorted(made)},
+            {"namespace": namespace, "tier": tier.name, "cluster": workspace.cluster, "objects": sorted(made)},
         ))
     if done is None:  # its status changed by a path that takes no lock
         current = await repo.get_workspace(db, workspace.id)

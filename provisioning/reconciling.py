@@ -31,6 +31,7 @@ from provisioning import manifests, members
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.errors import Conflict, ServiceUnavailable
+from provisioning.fleet import Fleet, client_for
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeAPIError, KubeNotFound
 from provisioning.models import AuditEvent, Workspace
@@ -108,21 +109,32 @@ async def finish_onboarding(db: Database, kube: KubeApi, workspace: Workspace, t
     return tuple(changes) if finished is not None else ()
 
 
-async def reconcile(db: Database, kube: KubeApi, tiers: Mapping[str, Tier], *,
+async def reconcile(db: Database, kube: KubeApi | Fleet, tiers: Mapping[str, Tier], *,
                     cluster_role: str) -> list[Reconciled]:
     """Every workspace; those that needed something, in creation order. A
     workspace whose tier is gone from the tiers file, whose namespace is
     gone, or whose objects' names are taken by others, is reported and left
     alone. The run ends at a workspace where the API server or the database
     stopped answering, reported with what was done before: only a database
-    that cannot list the workspaces at all raises."""
+    that cannot list the workspaces at all raises. In a fleet each cluster
+    is its own run: one that stops answering stops only its workspaces'."""
     reconciled = []
+    stopped: set[str] = set()
     for workspace in await repo.all_workspaces(db):
-        outcome = await _reconcile_one(db, kube, workspace, tiers.get(workspace.tier), cluster_role)
+        if workspace.cluster in stopped:
+            continue
+        try:
+            here = client_for(kube, workspace.cluster)
+        except ServiceUnavailable as gone:  # a cluster no longer configured
+            reconciled.append(Reconciled(workspace, (f"stopped here: {gone.message}",), converged=False,
+                                         stopped=True))
+            stopped.add(workspace.cluster)
+            continue
+        outcome = await _reconcile_one(db, here, workspace, tiers.get(workspace.tier), cluster_role)
         if outcome is not None:
             reconciled.append(outcome)
             if outcome.stopped:
-                break
+                stopped.add(workspace.cluster)
     return reconciled
 
 

@@ -21,6 +21,8 @@ import uuid
 from provisioning.background import Periodic
 from provisioning.db import credentials as credential_rows
 from provisioning.db.pool import Database
+from provisioning.errors import ClusterUnavailable
+from provisioning.fleet import Fleet, client_for
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeForbidden, KubeNotFound
 from provisioning.models import AuditEvent, Credential, User
@@ -78,14 +80,26 @@ async def revoke_all(db: Database, kube: KubeApi, workspace_id: uuid.UUID, user_
     return revoked
 
 
-async def sweep(db: Database, kube: KubeApi, batch: int = SWEEP_BATCH) -> int:
+async def sweep(db: Database, kube: KubeApi | Fleet, batch: int = SWEEP_BATCH) -> int:
     """Delete the binding Secrets of expired credentials (and of issuances
-    cut short): they hold nothing any more, and count in the namespace's
-    quota. How many went."""
+    cut short), each on its own cluster: they hold nothing any more, and
+    count in the namespace's quota. How many went. In a fleet, a cluster
+    that is down keeps its Secrets for a later sweep; the others are swept."""
     done = []
+    down: set[str] = set()
+    several = isinstance(kube, Fleet) and len(kube) > 1
     for credential in await credential_rows.to_sweep(db, batch, UNFINISHED_AFTER_SECONDS):
+        if credential.cluster in down:
+            continue
         try:
-            await unbind(kube, credential)
+            await unbind(client_for(kube, credential.cluster), credential)
+        except ClusterUnavailable:
+            if not several:
+                raise
+            log.warning("a cluster is unreachable: its expired credentials' Secrets wait for a later sweep",
+                        extra={"cluster": credential.cluster})
+            down.add(credential.cluster)
+            continue
         except KubeForbidden:
             # The namespace is suspended or being deleted (admission says no):
             # its Secrets go with it, or after the resume.
@@ -100,6 +114,6 @@ class Sweeper(Periodic):
     """`sweep` every `interval` seconds, on every replica (two replicas
     sweeping the same Secret both find it gone or delete it: harmless)."""
 
-    def __init__(self, db: Database, kube: KubeApi, *, interval: float = SWEEP_INTERVAL_SECONDS) -> None:
+    def __init__(self, db: Database, kube: KubeApi | Fleet, *, interval: float = SWEEP_INTERVAL_SECONDS) -> None:
         super().__init__("tenant-gateway-credential-sweep", lambda: sweep(db, kube), interval,
                          done="expired credentials' Secrets swept")

@@ -45,6 +45,9 @@ from the node's cache (provisioning.workload_rules); and `members` (50) and
 `liveCredentials` (30): how many members a workspace may have and how
 many issued credentials it may hold at once. The quota gets room for what
 the gateway makes for those (`Tier.quota`) on top of the counts above.
+Where its workspaces go (provisioning.placement): `clusters` (a list of
+configured cluster names) or `cluster_selector` (`{label: value}`, all
+required), and `dedicated: true` for a cluster of their own each.
 A changed tier reaches existing workspaces on resume and with
 `tenant-gateway reconcile` (the quota's `hard`, the LimitRange's defaults,
 and the namespace's Pod Security level and caps).
@@ -58,12 +61,13 @@ as the API server does (it writes `1000m` back as `1`).
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, Mapping
 
 import yaml
 
+from provisioning.clusters import ClusterConfigError, is_cluster_name, parse_labels
 from provisioning.secrets import yaml_mistake
 from provisioning.workload_rules import WorkloadRules, parse_rules, with_images
 
@@ -186,6 +190,13 @@ class Tier:
     (provisioning.workload_rules): what admission holds the namespace to."""
     members: int = DEFAULT_MEMBERS
     live_credentials: int = DEFAULT_LIVE_CREDENTIALS
+    clusters: tuple[str, ...] = ()
+    """The clusters its workspaces may be placed on (provisioning.placement);
+    empty with no `cluster_selector`: any cluster of its kind."""
+    cluster_selector: Mapping[str, str] = field(default_factory=dict)
+    """Labels a cluster must carry, all of them, for its workspaces."""
+    dedicated: bool = False
+    """Each workspace takes a dedicated cluster of its own (hard tenancy)."""
 
     @property
     def quota(self) -> dict[str, str]:
@@ -278,6 +289,23 @@ def _allowance(where: str, value: Any) -> int:
     return value
 
 
+def _placement(name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a tier's workspaces may go: `clusters` (names; that they are
+    configured is checked with the settings), `cluster_selector` (labels)
+    and `dedicated`."""
+    names = body.get("clusters", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) and is_cluster_name(n) for n in names):
+        raise ValueError(f"tier {name}: clusters must be a list of cluster names")
+    dedicated = body.get("dedicated", False)
+    if not isinstance(dedicated, bool):
+        raise ValueError(f"tier {name}: dedicated must be true or false")
+    try:
+        selector = parse_labels(f"tier {name}: cluster_selector", body.get("cluster_selector"))
+    except ClusterConfigError as error:
+        raise ValueError(str(error)) from None
+    return {"clusters": tuple(dict.fromkeys(names)), "cluster_selector": selector, "dedicated": dedicated}
+
+
 def with_cluster_images(tiers: Mapping[str, Tier], images: tuple[str, ...]) -> dict[str, Tier]:
     """Every tier with the cluster's own shared images (GATEWAY_SHARED_IMAGES)
     added to its allow-list."""
@@ -301,7 +329,8 @@ def parse_tiers(text: str) -> dict[str, Tier]:
             raise ValueError(f"tier name {name!r} must be a lowercase DNS label")
         if isinstance(body, dict) and "hard" in body:
             unknown = set(body) - {"hard", "defaultLimits", "defaultRequests", "objectBytes", "podSecurity",
-                                   "sharedImages", "members", "liveCredentials"}
+                                   "sharedImages", "members", "liveCredentials", "clusters", "cluster_selector",
+                                   "dedicated"}
             if unknown:
                 raise ValueError(f"tier {name}: unknown keys {sorted(unknown)}")
             # Left out, cpu and memory take the defaults; ephemeral storage is
@@ -315,7 +344,8 @@ def parse_tiers(text: str) -> dict[str, Tier]:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}.hard", body["hard"])), limits, requests,
                                rules, members=_allowance(f"{name}.members", body.get("members", DEFAULT_MEMBERS)),
                                live_credentials=_allowance(f"{name}.liveCredentials",
-                                                           body.get("liveCredentials", DEFAULT_LIVE_CREDENTIALS)))
+                                                           body.get("liveCredentials", DEFAULT_LIVE_CREDENTIALS)),
+                               **_placement(name, body))
         else:
             tiers[name] = Tier(name, with_shared_bounds(_quantities(f"{name}", body)))
     return tiers

@@ -5,8 +5,9 @@ middleware and response hook (proxy.server.front), the routes, the pass-through
 gate (proxy.passthrough.gate), and one cleanup context per long-lived
 resource, listed in the order they start (they stop in reverse): identity
 providers, database, the rate-limit counters' sweeper, event listener and
-sessions, the gateway's Kubernetes client, the audit writer, the
-pass-through's upstream, tenant tokens, open streams, the gate's workspace
+sessions, the gateway's Kubernetes clients (the fleet: one per cluster,
+provisioning.fleet), the audit writer, the pass-through's upstreams (one
+per cluster), tenant tokens, open streams, the gate's workspace
 directory, the heap trimmer, the metrics listener, the cluster audit
 listener (proxy.server.audit_listener). Tests build the very same app. Each stop is bounded by what is
 left of the stop's deadline (proxy.http.draining), so a database or API server
@@ -15,12 +16,10 @@ that is gone cannot hold the process past GATEWAY_SHUTDOWN_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 import uuid
-from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Mapping, Protocol, TypeVar
 
 from aiohttp import web
 
@@ -29,10 +28,11 @@ from provisioning.audit import AuditWriter
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
-from provisioning.kube.client import KubeApi, KubeClient
+from provisioning.fleet import Fleet
+from provisioning.kube.client import KubeApi
 from provisioning.kube.tokens import request_token
-from provisioning.revocation import Sweeper
 from provisioning.models import IssuedToken, User
+from provisioning.revocation import Sweeper
 from proxy import keys
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
@@ -42,29 +42,42 @@ from proxy.http.metrics import Metrics
 from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
-from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.stream_buffers import StreamBuffers
+from proxy.passthrough.stream_slots import StreamSlots
 from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.tenants import WorkspaceDirectory
 from proxy.passthrough.token_cache import TenantTokenCache, TokenKey
 from proxy.passthrough.upstream import Upstream, UpstreamApi
-from proxy.routes import accounts, activity, console, credentials, device, health, members, openapi, sso, workspaces
+from proxy.routes import (
+    accounts,
+    activity,
+    clusters,
+    console,
+    credentials,
+    device,
+    health,
+    members,
+    openapi,
+    sso,
+    workspaces,
+)
 from proxy.routes.ratelimit import CounterSweeper
+from proxy.server.audit_listener import audit_listener
 from proxy.server.front import answer_expect, front_middleware, response_hook
 from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
-from proxy.server.audit_listener import audit_listener
 from proxy.server.metrics_listener import metrics_listener
 from proxy.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class KubeSeam(KubeApi, Protocol):
     """What create_app needs of `kube`: all the app asks of its own
-    Kubernetes client (tenant tokens, onboarding, suspension, /readyz's
-    reachability, the endpoint the pass-through's upstream is built from).
-    provisioning.kube.client.KubeClient is the real one; a test passes a
-    FAKE (tests/fakes/kube.py), which mypy checks against this."""
+    Kubernetes client of a cluster (tenant tokens, onboarding, suspension,
+    /readyz's reachability, the endpoint the pass-through's upstream is
+    built from). provisioning.kube.client.KubeClient is the real one; a
+    test passes a FAKE (tests/fakes/kube.py), which mypy checks against this."""
 
 
 class UpstreamSeam(UpstreamApi, Protocol):
@@ -73,19 +86,26 @@ class UpstreamSeam(UpstreamApi, Protocol):
     pass a real Upstream pointed at a FAKE API server (tests/fakes/apiserver.py)."""
 
 
-def public_ca_base64(settings: Settings, kube: KubeApi) -> str:
-    if settings.public_ca_file is not None:
-        return base64.b64encode(Path(settings.public_ca_file).read_bytes()).decode()
-    return kube.ca_base64
+def by_cluster(settings: Settings, given: T | Mapping[str, T] | None, what: str) -> dict[str, T]:
+    """A test seam by cluster name: a mapping as given, or one object for
+    a gateway of one cluster."""
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        return dict(given)
+    if len(settings.clusters) != 1:
+        raise ValueError(f"{what}: give one per cluster (a mapping by name) when several are configured")
+    return {settings.clusters[0].name: given}
 
 
 def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool = True,
-               kube: KubeSeam | None = None, upstream: UpstreamSeam | None = None,
+               kube: KubeSeam | Mapping[str, KubeSeam] | None = None,
+               upstream: UpstreamSeam | Mapping[str, UpstreamSeam] | None = None,
                clock: Callable[[], float] = time.monotonic, express: bool = True) -> web.Application:
     """The test seams, for what a real component cannot be made to do on
     cue: `kube` replaces the gateway's own client and `upstream` the
-    pass-through's client to the API server (the caller closes what it
-    passes); `clock` is the monotonic clock of every cache (sessions,
+    pass-through's client to the API server, one each or a mapping by
+    cluster name (the caller closes what it passes); `clock` is the monotonic clock of every cache (sessions,
     workspaces, tenant tokens), so tests move time instead of waiting.
     `express=False` serves every request on aiohttp's full path, so tests
     can check that the express lane answers exactly as that path does."""
@@ -101,9 +121,18 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     metrics.streams_waiting.set_function(lambda: streams.buffers.waiting)
     metrics.stream_ceiling_waits.set_function(lambda: streams.buffers.ceiling_waits)
 
+    given_kube = by_cluster(settings, kube, "kube")
+    given_upstreams = by_cluster(settings, upstream, "upstream")
+
     async def fetch_token(key: TokenKey) -> IssuedToken:
-        return await request_token(app[keys.KUBE], key.namespace, key.service_account,
-                                   settings.proxy_token_ttl_seconds)
+        try:
+            issued = await request_token(app[keys.FLEET].named(key.cluster).kube, key.namespace,
+                                         key.service_account, settings.proxy_token_ttl_seconds)
+        except Exception:
+            metrics.cluster_token_request(key.cluster, "error")
+            raise
+        metrics.cluster_token_request(key.cluster, "success")
+        return issued
 
     tokens = TenantTokenCache(fetch_token, refresh_margin_seconds=settings.proxy_token_refresh_margin_seconds,
                               clock=clock, on_hit=metrics.token_cache_hit,
@@ -152,23 +181,15 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await events.stop(timeout=min(2.0, drain.remaining() / 2))
 
     async def kubernetes(app: web.Application) -> AsyncIterator[None]:
-        own: KubeClient | None = None
-        client: KubeApi
-        if kube is not None:
-            client = kube
-        else:
-            client = own = await KubeClient.from_kubeconfig(settings.kubeconfig)
-        app[keys.KUBE] = client
-        app[keys.PUBLIC_CA_BASE64] = public_ca_base64(settings, client)
+        app[keys.FLEET] = fleet = await Fleet.connect(settings.clusters, given_kube)
 
         async def joined(user: User, identity: Identity) -> None:
-            await team.signed_in(app[keys.DATABASE], client, settings.cluster_roles, settings.tiers, user,
+            await team.signed_in(app[keys.DATABASE], fleet, settings.cluster_roles, settings.tiers, user,
                                  identity.provider, identity.email, identity.groups)
 
         app[keys.OIDC].on_admitted = joined
         yield
-        if own is not None:
-            await own.close()
+        await fleet.close()  # only the clients it made
 
     async def audit(app: web.Application) -> AsyncIterator[None]:
         app[keys.AUDIT] = writer = AuditWriter(app[keys.DATABASE], capacity=settings.audit_queue_rows,
@@ -179,19 +200,27 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await writer.stop(timeout=max(0.5, drain.remaining() - 2.0))
 
     async def credential_sweep(app: web.Application) -> AsyncIterator[None]:
-        sweeper = Sweeper(app[keys.DATABASE], app[keys.KUBE])
+        sweeper = Sweeper(app[keys.DATABASE], app[keys.FLEET])
         await sweeper.start()
         yield
         await sweeper.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
 
-    async def pass_through_upstream(app: web.Application) -> AsyncIterator[None]:
-        endpoint = app[keys.KUBE].endpoint
-        app[keys.UPSTREAM] = client = upstream or Upstream(
-            endpoint.server, endpoint.ca_pem, connect_timeout=settings.upstream_connect_timeout_seconds,
-            timeout=settings.upstream_timeout_seconds, keepalive_seconds=settings.upstream_keepalive_seconds,
-            idle_connections=settings.upstream_idle_connections)
+    async def pass_through_upstreams(app: web.Application) -> AsyncIterator[None]:
+        made: list[Upstream] = []
+        upstreams: dict[str, UpstreamApi] = {}
+        for name, cluster in app[keys.FLEET].items():
+            if name in given_upstreams:
+                upstreams[name] = given_upstreams[name]
+                continue
+            endpoint = cluster.endpoint
+            made.append(Upstream(
+                endpoint.server, endpoint.ca_pem, connect_timeout=settings.upstream_connect_timeout_seconds,
+                timeout=settings.upstream_timeout_seconds, keepalive_seconds=settings.upstream_keepalive_seconds,
+                idle_connections=settings.upstream_idle_connections))
+            upstreams[name] = made[-1]
+        app[keys.UPSTREAMS] = upstreams
         yield
-        if upstream is None:
+        for client in made:  # only those it made
             client.close()
 
     async def tenant_tokens(app: web.Application) -> AsyncIterator[None]:
@@ -233,8 +262,9 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
                                        on_member_change=streams.cut_member, on_reset=streams.cut_all, cache_seconds=settings.workspace_cache_seconds,
                                        clock=clock)
         gate.open(app[keys.AUTHENTICATOR], directory,
-                  Relay(app[keys.UPSTREAM], tokens, streams, app[keys.AUDIT], metrics), events,
-                  lambda seat: team.seat(app[keys.DATABASE], app[keys.KUBE], settings.cluster_roles, seat))
+                  Relay(app[keys.UPSTREAMS], tokens, streams, app[keys.AUDIT], metrics), events,
+                  lambda seat: team.seat(app[keys.DATABASE], app[keys.FLEET].of(seat.workspace).kube,
+                                         settings.cluster_roles, seat))
         yield
 
     async def heap(app: web.Application) -> AsyncIterator[None]:
@@ -244,12 +274,12 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await trimmer.stop()
 
     app.cleanup_ctx.extend([identity_providers, database, rate_limit_counters, events_and_sessions, kubernetes,
-                            audit, credential_sweep, pass_through_upstream, tenant_tokens, open_streams, pass_through_gate, heap,
+                            audit, credential_sweep, pass_through_upstreams, tenant_tokens, open_streams, pass_through_gate, heap,
                             metrics_listener(settings), audit_listener(settings)])
     app.on_shutdown.append(end_streams)
     # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).
     for table in (health.routes, accounts.routes, sso.routes, device.routes, workspaces.routes, members.routes,
-                  credentials.routes, activity.routes, openapi.routes, console.routes):
+                  credentials.routes, activity.routes, clusters.routes, openapi.routes, console.routes):
         for route in table:
             assert isinstance(route, web.RouteDef)
             app.router.add_route(route.method, route.path, route.handler, expect_handler=answer_expect, **route.kwargs)

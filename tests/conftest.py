@@ -14,7 +14,7 @@ import os
 import ssl
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
 import asyncpg
 import pytest
@@ -166,7 +166,9 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
     environment keys (e.g. GATEWAY_RATE_INIT="2/3600") or pass the test seams
     `kube=`, `upstream=` and `clock=` to create_app (FAKEs: tests/fakes);
     `oidc_providers` is the GATEWAY_OIDC_PROVIDERS list, `tiers` the text
-    of a GATEWAY_TIERS_FILE. The express lane is on or off as `express_lane`
+    of a GATEWAY_TIERS_FILE, `clusters` the GATEWAY_CLUSTERS list (then
+    `kube=` and `upstream=` may map cluster names to seams, and
+    GATEWAY_KUBECONFIG is left out: each cluster names its own). The express lane is on or off as `express_lane`
     says, unless `express=` says otherwise."""
     import aiohttp
     from aiohttp.test_utils import TestServer
@@ -183,15 +185,20 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
 
     server_context, ca_file = gateway_tls
 
-    async def make(*, kube: KubeSeam | None = None, upstream: UpstreamSeam | None = None,
+    async def make(*, kube: KubeSeam | Mapping[str, KubeSeam] | None = None,
+                   upstream: UpstreamSeam | Mapping[str, UpstreamSeam] | None = None,
                    clock: Callable[[], float] | None = None, express: bool | None = None,
-                   oidc_providers: list[dict[str, Any]] | None = None, tiers: str | None = None, **env: str) -> Any:
+                   oidc_providers: list[dict[str, Any]] | None = None, tiers: str | None = None,
+                   clusters: list[dict[str, Any]] | None = None, **env: str) -> Any:
         import yaml
 
         merged = {**gateway_env, **env}
         files = {"GATEWAY_OIDC_PROVIDERS": yaml.safe_dump(oidc_providers)} if oidc_providers else {}
         if tiers is not None:
             files["GATEWAY_TIERS_FILE"] = tiers
+        if clusters is not None:
+            files["GATEWAY_CLUSTERS"] = yaml.safe_dump(clusters)
+            merged.pop("GATEWAY_KUBECONFIG", None)
         settings = load_settings(merged, file_texts=files)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
                          clock=clock or time.monotonic, express=express_lane if express is None else express)

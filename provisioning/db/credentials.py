@@ -22,7 +22,7 @@ def _credential(row: asyncpg.Record) -> Credential:
                       secret_name=row["secret_name"], jti=row["jti"], issued_at=row["issued_at"],
                       expires_at=row["expires_at"], revoked_at=row["revoked_at"],
                       ip_address=str(row["ip_address"]) if row["ip_address"] else None,
-                      user_agent=row["user_agent"], last_used_at=row["last_used_at"])
+                      user_agent=row["user_agent"], last_used_at=row["last_used_at"], cluster=row["cluster"])
 
 
 async def begin(db: Database, credential: Credential) -> None:
@@ -30,8 +30,9 @@ async def begin(db: Database, credential: Credential) -> None:
     happens next, the Secret is on record and swept once expired."""
     await db.fetchrow(
         """INSERT INTO credentials (id, user_id, workspace_id, kind, namespace, service_account, secret_name,
-                                    expires_at, ip_address, user_agent)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet, $10)""",
+                                    expires_at, ip_address, user_agent, cluster)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::inet, $10,
+                   COALESCE((SELECT cluster FROM workspaces WHERE id = $3), 'default'))""",
         credential.id, credential.user_id, credential.workspace_id, credential.kind, credential.namespace,
         credential.service_account, credential.secret_name, credential.expires_at, credential.ip_address,
         credential.user_agent)

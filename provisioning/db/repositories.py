@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 import asyncpg
 
+from provisioning.clusters import DEFAULT_CLUSTER
 from provisioning.db.pool import Database
 from provisioning.errors import Conflict
 from provisioning.models import AuditEvent, DeviceRequest, User, Workspace
@@ -36,7 +37,8 @@ def workspace_from_row(row: asyncpg.Record) -> Workspace:
     return Workspace(
         id=row["id"], user_id=row["user_id"], namespace=row["k8s_namespace"],
         service_account=row["k8s_sa_name"], tier=row["tier"], status=row["status"],
-        created_at=row["created_at"], service_account_uid=row["k8s_sa_uid"],
+        created_at=row["created_at"], service_account_uid=row["k8s_sa_uid"], cluster=row["cluster"],
+        dedicated=row["dedicated"],
     )
 
 
@@ -308,26 +310,40 @@ INSERT_AUDIT = """INSERT INTO audit_logs (id, user_id, workspace_id, action, ip_
                    SELECT $1, $2, $3, $4, $5::inet, $6::jsonb"""
 
 async def claim_workspace(db: Database, user_id: uuid.UUID, namespace: str, service_account: str,
-                          tier: str) -> tuple[Workspace, bool]:
-    """Insert the user's workspace row, or return the one already there.
+                          tier: str, *, cluster: str = DEFAULT_CLUSTER, dedicated: bool = False) -> tuple[Workspace, bool]:
+    """Insert the user's workspace row on `cluster`, or return the one already there.
 
     The unique index on user_id makes concurrent first calls agree on one row.
     The conflict target is left open on purpose: a racing insert of the same
     user may trip the namespace's unique index before user_id's, and that is
-    the same "already there", not an error.
+    the same "already there", not an error. A `dedicated` row conflicts too
+    with another workspace holding the cluster (migration 0015): then no row
+    of the user's is there, and the answer is 409 `no_free_cluster`.
     """
     row = await db.fetchrow(
-        """INSERT INTO workspaces (id, user_id, k8s_namespace, k8s_sa_name, tier, status)
-           VALUES ($1, $2, $3, $4, $5, 'provisioning')
+        """INSERT INTO workspaces (id, user_id, k8s_namespace, k8s_sa_name, tier, status, cluster, dedicated)
+           VALUES ($1, $2, $3, $4, $5, 'provisioning', $6, $7)
            ON CONFLICT DO NOTHING RETURNING *""",
-        uuid.uuid4(), user_id, namespace, service_account, tier,
+        uuid.uuid4(), user_id, namespace, service_account, tier, cluster, dedicated,
     )
     if row is not None:
         return workspace_from_row(row), True
     existing = await db.fetchrow("SELECT * FROM workspaces WHERE user_id = $1", user_id)
+    if existing is None and dedicated:
+        raise Conflict(f"dedicated cluster {cluster!r} was just taken by another workspace; try again",
+                       code="no_free_cluster")
     if existing is None:  # the namespace is taken by a row of another user: impossible by naming
         raise Conflict("the workspace namespace is already in use", code="namespace_taken")
     return workspace_from_row(existing), False
+
+
+async def cluster_occupancy(db: Database) -> dict[str, tuple[int, uuid.UUID | None]]:
+    """Per cluster that holds any: how many workspaces, and the workspace
+    holding it if it is dedicated (placement and the admins' cluster view)."""
+    rows = await db.fetch(
+        """SELECT cluster, count(*) AS workspaces, (array_agg(id) FILTER (WHERE dedicated))[1] AS dedicated_to
+           FROM workspaces GROUP BY cluster""")
+    return {row["cluster"]: (row["workspaces"], row["dedicated_to"]) for row in rows}
 
 
 @contextlib.asynccontextmanager

@@ -13,10 +13,12 @@ import sys
 from typing import Callable, NoReturn, Sequence
 
 from provisioning import revocation
+from provisioning.clusters import ClusterSettings
 from provisioning.db import repositories as repo
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import Database, start_embedded_postgres
 from provisioning.errors import ClusterUnavailable, DatabaseUnavailable, GatewayError
+from provisioning.fleet import Fleet
 from provisioning.kube.client import KubeClient
 from provisioning.permissions import PermissionReport, probe_permissions
 from provisioning.reconciling import Reconciled, reconcile
@@ -82,44 +84,69 @@ async def _with_database(dsn: str, apply_migrations: bool = True) -> Database:
     return db
 
 
-async def _permission_report(settings: Settings) -> PermissionReport:
-    kube = await KubeClient.from_kubeconfig(settings.kubeconfig)
+async def _permission_report(cluster: ClusterSettings, tenant_clusterrole: str) -> PermissionReport:
+    kube = await KubeClient.from_kubeconfig(cluster.kubeconfig)
     try:
-        return await probe_permissions(kube, settings.tenant_clusterrole)
+        return await probe_permissions(kube, tenant_clusterrole)
     finally:
         await kube.close()
 
 
+async def _permission_reports(settings: Settings) -> list[tuple[str, PermissionReport | GatewayError]]:
+    """Each cluster's report, or why it could not be made, in configuration order."""
+    async def one(cluster: ClusterSettings) -> PermissionReport | GatewayError:
+        try:
+            return await _permission_report(cluster, settings.tenant_clusterrole)
+        except GatewayError as error:
+            return error
+
+    reports = await asyncio.gather(*(one(cluster) for cluster in settings.clusters))
+    return [(cluster.name, report) for cluster, report in zip(settings.clusters, reports)]
+
+
 def cmd_check(settings: Settings) -> int:
-    try:
-        report = asyncio.run(_permission_report(settings))
-    except GatewayError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    for line in report.lines():
-        print(line)
-    return 0 if report.ok else 1
+    """Each cluster's permissions; with several, every line names its
+    cluster. Exit 2 if a check could not run (the cluster named), 1 if a
+    credential lacks or holds too much, else 0."""
+    reports = asyncio.run(_permission_reports(settings))
+    several = len(reports) > 1
+    worst = 0
+    for name, report in reports:
+        prefix = f"cluster {name}: " if several else ""
+        if isinstance(report, GatewayError):
+            print(f"error: {prefix}{report.message}", file=sys.stderr)
+            worst = 2
+            continue
+        for line in report.lines():
+            print(prefix + line)
+        if not report.ok:
+            worst = max(worst, 1)
+    return worst
 
 
 async def _reconcile(settings: Settings) -> tuple[list[Reconciled], int]:
     """The workspaces reconciled, and how many expired credentials' binding
-    Secrets were swept after them."""
-    kube = await KubeClient.from_kubeconfig(settings.kubeconfig)
+    Secrets were swept after them. One cluster must answer first; in a
+    fleet each cluster is its own run (one that is down stops only its
+    workspaces, reported at the first of them)."""
+    fleet = await Fleet.connect(settings.clusters)
     try:
-        if not await kube.reachable():
-            raise ClusterUnavailable(f"the Kubernetes API server at {kube.endpoint.server} is unreachable")
+        if len(fleet) == 1:
+            kube = next(iter(fleet.values())).kube
+            if not await kube.reachable():
+                raise ClusterUnavailable(f"the Kubernetes API server at {kube.endpoint.server} is unreachable")
         db = await _with_database(database_dsn(settings), apply_migrations=False)
         try:
-            reconciled = await reconcile(db, kube, settings.tiers, cluster_role=settings.tenant_clusterrole)
+            reconciled = await reconcile(db, fleet, settings.tiers, cluster_role=settings.tenant_clusterrole)
             swept = 0
-            if not any(workspace.stopped for workspace in reconciled):
-                while batch := await revocation.sweep(db, kube):
+            if len(fleet) > 1 or not any(workspace.stopped for workspace in reconciled):
+                while batch := await revocation.sweep(db, fleet):
                     swept += batch
             return reconciled, swept
         finally:
             await db.close()
     finally:
-        await kube.close()
+        await fleet.close()
 
 
 def cmd_reconcile(settings: Settings) -> int:
@@ -191,19 +218,34 @@ def cmd_user_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _self_check(settings: Settings, allow_excess: bool) -> None:
-    try:
-        report = asyncio.run(_permission_report(settings))
-    except GatewayError as error:
-        # Unproven is not proven: the API server unreachable, a 429 or 5xx on
-        # one review, a 403 on what the check reads. Exit, and the kubelet
-        # restarts us until the check can run (/readyz checks reachability
-        # only, not permissions, so it would not say).
-        _fail("the permission self-check could not run (" + " ".join(error.message.split())
-              + "); refusing to start", 1)
+    reports = asyncio.run(_permission_reports(settings))
+    reachable = [(name, report) for name, report in reports if isinstance(report, PermissionReport)]
+    for name, report in reports:
+        if isinstance(report, PermissionReport):
+            continue
+        if len(reports) == 1 or not reachable:
+            # Unproven is not proven: the API server unreachable, a 429 or 5xx on
+            # one review, a 403 on what the check reads. Exit, and the kubelet
+            # restarts us until the check can run (/readyz checks reachability
+            # only, not permissions, so it would not say).
+            where = f" for cluster {name}" if len(reports) > 1 else ""
+            _fail(f"the permission self-check could not run{where} (" + " ".join(report.message.split())
+                  + "); refusing to start", 1)
+        # One cluster down must not keep the others' workspaces from being served.
+        log.warning("permission self-check could not run for a cluster: its workspaces answer 503 until it "
+                    "is back", extra={"cluster": name, "why": report.message})
+    for name, report in reachable:
+        _judge(report, allow_excess, f" (cluster {name})" if len(reports) > 1 else "")
+
+
+def _judge(report: PermissionReport, allow_excess: bool, where: str) -> None:
+    """Refuse to start on a credential that lacks or holds too much (`where`: which cluster's)."""
     if report.missing:
-        _fail("the gateway's Kubernetes credential lacks permissions it needs:\n  " + "\n  ".join(map(str, report.missing)), 1)
+        _fail(f"the gateway's Kubernetes credential{where} lacks permissions it needs:\n  "
+              + "\n  ".join(map(str, report.missing)), 1)
     if report.excessive:
-        text = "the gateway's Kubernetes credential holds forbidden permissions:\n  " + "\n  ".join(map(str, report.excessive))
+        text = (f"the gateway's Kubernetes credential{where} holds forbidden permissions:\n  "
+                + "\n  ".join(map(str, report.excessive)))
         if not allow_excess:
             _fail(text + "\nrefusing to start; fix the ClusterRole and admission policies, or pass --allow-excess-permissions", 1)
         log.warning("STARTING WITH EXCESS PERMISSIONS (--allow-excess-permissions): " + text)

@@ -142,9 +142,11 @@ function renderSwitcher() {
     box.replaceChildren();
     return;
   }
+  // The cluster too, once they are on more than one: named as the combined kubeconfig's contexts are.
+  const clusters = new Set(held.map((w) => w.cluster));
   const select = h("select", { id: "workspace-picker" }, held.map((w) => h("option", {
     value: w.id, selected: w.id === state.workspace?.id,
-    text: `${w.namespace} (${w.user_id === state.me.id ? "yours, " : ""}${w.role})` })));
+    text: `${clusters.size > 1 ? `${w.cluster}/` : ""}${w.namespace} (${w.user_id === state.me.id ? "yours, " : ""}${w.role})` })));
   select.addEventListener("change", () => {
     choose(held.find((w) => w.id === select.value) ?? null);
     show(state.view ?? "My workspace");
@@ -324,6 +326,7 @@ async function workspaceView(root) {
   const owned = ws.user_id === state.me.id;
   root.append(h("dl", { class: "facts" },
     h("dt", { text: "Namespace" }), h("dd", { text: ws.namespace }),
+    h("dt", { text: "Cluster" }), h("dd", { text: ws.cluster ?? "default" }),
     h("dt", { text: "Your role" }), h("dd", { class: "words", text: roleSentence(ws.role, described) + (owned ? " You own it." : "") }),
     h("dt", { text: "Tier" }), h("dd", { text: ws.tier }),
     h("dt", { text: "Status" }), h("dd", { text: ws.status }),
@@ -339,10 +342,14 @@ async function workspaceView(root) {
   explain();
   const download = h("button", { type: "button", class: "primary" }, "Download kubeconfig");
   download.addEventListener("click", busy(download, () => downloadKubeconfig(format.value)));
+  // Every workspace of the caller's in one file, a context each, named <cluster>/<namespace>.
+  const combined = h("button", { type: "button" }, "One file for all my workspaces");
+  combined.addEventListener("click", busy(combined, () => downloadKubeconfig(format.value, true)));
   root.append(h("div", { class: "card" },
     h("h3", { text: "Use it with kubectl" }),
     formats.length > 1 ? h("div", { class: "row" }, h("label", { for: "kubeconfig-format", text: "Format" }), format) : null,
-    h("div", { class: "row" }, download), explanation, commands));
+    h("div", { class: "row" }, download, (state.me.workspaces ?? []).length > 1 ? combined : null),
+    explanation, commands));
   const quota = h("div", { class: "card" }, h("p", { text: "Reading the quota…" }));
   root.append(quota);
   const quotas = await json("GET", namespaced("api/v1", "resourcequotas"));
@@ -358,8 +365,8 @@ async function workspaceView(root) {
   }
 }
 
-async function downloadKubeconfig(format) {
-  const query = new URLSearchParams({ workspace_id: state.workspace.id });
+async function downloadKubeconfig(format, all = false) {
+  const query = new URLSearchParams(all ? { all: "true" } : { workspace_id: state.workspace.id });
   if (format !== "token") query.set("format", format);
   const blob = await (await call("GET", `${KUBECONFIG}?${query}`)).blob();
   const url = URL.createObjectURL(blob);
@@ -502,13 +509,14 @@ async function workspacesView(root) {
       return button;
     };
     return h("tr", {},
-      h("td", { text: ws.namespace }), h("td", { text: emails.get(ws.user_id) ?? ws.user_id }), h("td", { text: ws.tier }),
+      h("td", { text: ws.namespace }), h("td", { text: ws.cluster ?? "default" }),
+      h("td", { text: emails.get(ws.user_id) ?? ws.user_id }), h("td", { text: ws.tier }),
       h("td", { class: `status-${ws.status}`, text: ws.status }),
       h("td", { class: "actions" },
         act("suspend", `Suspend ${ws.namespace}? Its owner loses access at once: kubeconfigs, watches and terminals end.`),
         act("resume", `Resume ${ws.namespace}? Its owner needs a new kubeconfig.`)));
   });
-  root.append(table("Every workspace", ["Namespace", "Owner", "Tier", "Status", "Actions"], rows));
+  root.append(table("Every workspace", ["Namespace", "Cluster", "Owner", "Tier", "Status", "Actions"], rows));
 }
 
 async function usersView(root) {

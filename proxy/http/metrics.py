@@ -24,6 +24,14 @@ class Metrics:
             buckets=DURATION_BUCKETS, registry=r)
         self.token_requests = Counter("tenant_gateway_token_requests", "TokenRequests made, by result",
                                       ["result"], registry=r)
+        # By cluster too, as families of their own: the label-less ones keep
+        # the names and series dashboards and alerts already read.
+        self.cluster_token_requests = Counter("tenant_gateway_cluster_token_requests",
+                                              "TokenRequests the proxy made, by cluster and result",
+                                              ["cluster", "result"], registry=r)
+        self.cluster_upstream_failures = Counter(
+            "tenant_gateway_cluster_upstream_failures",
+            "Proxied exchanges that failed to reach a cluster's API server (503), by cluster", ["cluster"], registry=r)
         self.token_cache_hits = Counter("tenant_gateway_token_cache_hits", "Proxied requests served a cached token",
                                         registry=r)
         self.open_streams = Gauge("tenant_gateway_proxy_open_streams",
@@ -83,6 +91,12 @@ class Metrics:
         self._token_cache_hits = 0
         self._proxy_reads = 0
         self._express_answers = 0
+
+    def cluster_token_request(self, cluster: str, result: str) -> None:
+        self.cluster_token_requests.labels(cluster=cluster, result=result).inc()
+
+    def upstream_failure(self, cluster: str) -> None:
+        self.cluster_upstream_failures.labels(cluster=cluster).inc()
 
     def token_cache_hit(self) -> None:
         """tenant_gateway_token_cache_hits, +1."""

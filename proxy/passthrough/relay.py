@@ -2,8 +2,10 @@
 through. Built once per application (proxy.app) and passed to every relay
 explicitly, beside the request and its Ticket.
 
-It holds the upstream (the only client that sends tenant tokens), the
-tenant-token cache, the registry of open streams, the audit writer and the
+It holds the upstreams (the only clients that send tenant tokens), one
+per cluster: a ticket goes to its workspace's own cluster and no other,
+whatever its path says (the path is relative to that cluster's API
+server). And the tenant-token cache (keyed by cluster too), the registry of open streams, the audit writer and the
 metrics, and owns the decisions every relay shares: which token a request
 goes with (and forgetting one the API server refused, `exchange`), and how
 a relayed request is recorded.
@@ -11,10 +13,12 @@ a relayed request is recorded.
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Mapping, NoReturn
 
 from provisioning.audit import AuditWriter
 from provisioning.audit_queue import Place
+from provisioning.errors import ClusterUnavailable
+from provisioning.fleet import naming
 from proxy.http.metrics import Metrics
 from proxy.passthrough.http1 import Answer
 from proxy.passthrough.streams import StreamRegistry
@@ -24,17 +28,35 @@ from proxy.passthrough.upstream import SEND_FAILURES, UpstreamApi, send_failed
 
 
 class Relay:
-    __slots__ = ("upstream", "pool", "timeout", "tokens", "streams", "audit", "metrics")
+    __slots__ = ("upstreams", "named", "tokens", "streams", "audit", "metrics")
 
-    def __init__(self, upstream: UpstreamApi, tokens: TenantTokenCache, streams: StreamRegistry,
+    def __init__(self, upstreams: Mapping[str, UpstreamApi], tokens: TenantTokenCache, streams: StreamRegistry,
                  audit: AuditWriter, metrics: Metrics) -> None:
-        self.upstream = upstream
-        self.pool = upstream.pool
-        self.timeout = upstream.timeout
+        self.upstreams = dict(upstreams)
+        self.named = len(self.upstreams) > 1
+        """Failures name the cluster only when there is more than one."""
         self.tokens = tokens
         self.streams = streams
         self.audit = audit
         self.metrics = metrics
+
+    def upstream(self, ticket: Ticket) -> UpstreamApi:
+        """The upstream of the ticket's workspace's cluster: the only one it may reach."""
+        cluster = ticket.workspace.cluster
+        found = self.upstreams.get(cluster)
+        if found is None:
+            raise ClusterUnavailable(f"cluster {cluster} is not configured on this gateway")
+        return found
+
+    def failed(self, ticket: Ticket, error: Exception) -> NoReturn:
+        """send_failed, with the cluster named when there are several."""
+        try:
+            send_failed(error)
+        except ClusterUnavailable as unavailable:
+            if not self.named:
+                raise
+            self.metrics.upstream_failure(ticket.workspace.cluster)
+            raise naming(ticket.workspace.cluster, unavailable) from error
 
     def cached_token(self, ticket: Ticket) -> str | None:
         """The tenant token if it is cached (the warm path: no coroutine), else None."""
@@ -69,7 +91,7 @@ class Relay:
                     token = await self.token(ticket)
                     answer = await send(token)
             except SEND_FAILURES as error:
-                send_failed(error)
+                self.failed(ticket, error)
         except BaseException:
             self.record(ticket, 0, place)
             raise

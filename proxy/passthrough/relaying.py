@@ -19,13 +19,13 @@ from aiohttp import web
 
 from provisioning.errors import UpstreamError
 from proxy.passthrough.backpressure import STREAM_READ_AHEAD, ClientFlow
-from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.framing import EventBoundary
+from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.http1 import BROKEN_OFF, Answer
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SEND_FAILURES, send_failed
+from proxy.passthrough.upstream import SEND_FAILURES
 
 _CHUNK = 64 * 1024
 # A Namespace object, read and rewrapped by the gateway itself.
@@ -55,11 +55,12 @@ def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, 
     if headers:
         outgoing.update(headers)
     has_body = request.method not in ("GET", "HEAD") and request.body_exists
-    return relay.pool.request(
+    upstream = relay.upstream(ticket)
+    return upstream.pool.request(
         request.method, target, outgoing,
         body=request.content.iter_chunked(_CHUNK) if has_body else None,
         content_length=request.content_length if has_body else None,
-        timeout=None if decision.long_running else relay.timeout,
+        timeout=None if decision.long_running else upstream.timeout,
     )
 
 
@@ -70,7 +71,7 @@ async def _send(relay: Relay, ticket: Ticket, request: web.Request, token: str, 
     try:
         return await _request(relay, ticket, request, token, target=target, headers=headers)
     except SEND_FAILURES as error:
-        send_failed(error)
+        relay.failed(ticket, error)
 
 
 def relay_http(request: web.Request, ticket: Ticket, relay: Relay) -> Awaitable[web.StreamResponse]:
@@ -195,7 +196,7 @@ async def relay_namespace_list(request: web.Request, ticket: Ticket, relay: Rela
     try:
         body = await upstream.read(_NAMESPACE_LIMIT)
     except SEND_FAILURES as error:
-        send_failed(error)
+        relay.failed(ticket, error)
     finally:
         upstream.close()
     if upstream.status != 200:

@@ -1,11 +1,12 @@
 """Per-tenant ServiceAccount tokens for the proxy, cached.
 
-Key: namespace, ServiceAccount name and ServiceAccount UID (the Flux
-RFC-0010 lesson): every part that distinguishes one of the proxy's
-credentials from another, so no tenant is ever served another's token, and
-a replaced ServiceAccount (new UID) can never be served a token of its
-predecessor. Nothing more: a cache serves one cluster (its gateway's), and
-the proxy's tokens all have the API server's default audience.
+Key: namespace, ServiceAccount name, ServiceAccount UID and cluster (the
+Flux RFC-0010 lesson): every part that distinguishes one of the proxy's
+credentials from another, so no tenant is ever served another's token, a
+replaced ServiceAccount (new UID) can never be served a token of its
+predecessor, and a token minted by one cluster is never sent to another
+(it would be refused there anyway: each cluster signs its own). Nothing
+more: the proxy's tokens all have the API server's default audience.
 
 A token is renewed once less than `refresh_margin_seconds` of its life is
 left (the specification's 10 minutes), or once half its life is gone if it
@@ -33,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, NamedTuple
 
+from provisioning.clusters import DEFAULT_CLUSTER
 from provisioning.models import IssuedToken
 from proxy.http.expiring import ExpiringMap
 
@@ -44,6 +46,8 @@ class TokenKey(NamedTuple):
     namespace: str
     service_account: str
     service_account_uid: str
+    cluster: str = DEFAULT_CLUSTER
+    """Which cluster mints it, and the only one it is sent to."""
 
 
 @dataclass(frozen=True)

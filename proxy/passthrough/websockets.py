@@ -44,7 +44,7 @@ from proxy.passthrough.routing import stream_target
 from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.streams import Stream
 from proxy.passthrough.ticket import Ticket
-from proxy.passthrough.upstream import SEND_FAILURES, UpgradeRefused, send_failed, upgrade_refused
+from proxy.passthrough.upstream import SEND_FAILURES, UpgradeRefused, upgrade_refused
 
 # How long a clean end waits for the frame in flight to finish, and then for
 # the client to answer the close frame, before it closes anyway.
@@ -248,7 +248,7 @@ def _well_formed(request: web.Request) -> bool:
 
 async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: str) -> tuple[Upgrade, str | None]:
     """The upgrade, made with the API server: its 101, and the subprotocol it chose."""
-    upstream = relay.upstream
+    upstream = relay.upstream(ticket)
     decision = ticket.decision
     key = request.headers["Sec-WebSocket-Key"]
     offered = websocket_subprotocols(request.headers)
@@ -268,7 +268,7 @@ async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: st
         upgrade = await upstream.pool.upgrade(f"{decision.upstream_path}?{query}" if query else decision.upstream_path,
                                               outgoing, timeout=upstream.timeout)
     except SEND_FAILURES as error:
-        send_failed(error)
+        relay.failed(ticket, error)
     if upgrade.status == 101:
         try:
             return upgrade, chosen_subprotocol(upgrade.headers, key, offered)

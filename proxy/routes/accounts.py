@@ -156,7 +156,7 @@ async def _set_user_status(request: web.Request, status: str, action: str) -> we
         # Their downloaded kubeconfigs too, in every workspace they belong
         # to. The user stays suspended if this fails (503): repeating the
         # call finishes it.
-        await members.revoke_user(db, request.app[keys.KUBE], user.id, who.user, client_ip(request))
+        await members.revoke_user(db, request.app[keys.FLEET], user.id, who.user, client_ip(request))
     return web.json_response({"id": str(user.id), "status": user.status})
 
 

@@ -50,5 +50,5 @@ async def revoke_credential(request: web.Request) -> web.Response:
     if credential is None or (credential.user_id != who.user.id
                               and not await _administers(request, who.user, credential.workspace_id)):
         raise NotFound("no such credential")
-    await revocation.revoke(app[keys.DATABASE], app[keys.KUBE], credential, who.user, client_ip(request))
+    await revocation.revoke(app[keys.DATABASE], app[keys.FLEET].named(credential.cluster).kube, credential, who.user, client_ip(request))
     return web.Response(status=204)

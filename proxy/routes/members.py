@@ -106,7 +106,7 @@ async def change_role(request: web.Request) -> web.Response:
     who, workspace = await _workspace(request, manage=True)
     body = await read_json(request)
     app = request.app
-    member = await members.change_role(app[keys.DATABASE], app[keys.KUBE], app[keys.SETTINGS].cluster_roles,
+    member = await members.change_role(app[keys.DATABASE], app[keys.FLEET].kube_of(workspace), app[keys.SETTINGS].cluster_roles,
                                        workspace, who.user, _user_id(request), roles.parse_role(body.get("role")),
                                        client_ip(request))
     return web.json_response(member.public())
@@ -118,7 +118,7 @@ async def remove_member(request: web.Request) -> web.Response:
     user_id = _user_id(request)
     who = await principal(request)
     who, workspace = await _workspace(request, manage=user_id != who.user.id)
-    await members.remove(request.app[keys.DATABASE], request.app[keys.KUBE], workspace, who.user, user_id,
+    await members.remove(request.app[keys.DATABASE], request.app[keys.FLEET].kube_of(workspace), workspace, who.user, user_id,
                          client_ip(request), why="left" if user_id == who.user.id else "removed")
     return web.Response(status=204)
 
@@ -136,6 +136,6 @@ async def unbind_group(request: web.Request) -> web.Response:
     who, workspace = await _workspace(request, manage=True)
     group = bounded_string(request.match_info["group"], "group", _MAX_GROUP, code="invalid_member")
     provider = bounded_string(request.match_info["provider"], "provider", _MAX_PROVIDER, code="unknown_provider")
-    await members.unbind_group(request.app[keys.DATABASE], request.app[keys.KUBE], workspace, who.user, provider,
+    await members.unbind_group(request.app[keys.DATABASE], request.app[keys.FLEET].kube_of(workspace), workspace, who.user, provider,
                                group, client_ip(request))
     return web.Response(status=204)

@@ -94,8 +94,12 @@ DOCUMENT: dict[str, Any] = {
             auth=False, errors=(400, 415, 503))},
         "/api/v1/me": {"get": _op("The caller and every workspace they are a member of, each with their role", 200,
                                   errors=(403, 503))},
-        "/api/v1/workspaces/init": {"post": _op("Onboard the caller's workspace (idempotent)", 201, body="InitRequest",
-                                                errors=(400, 403, 429, 503),
+        "/api/v1/workspaces/init": {"post": _op(
+            "Onboard the caller's workspace (idempotent) on a cluster: the one asked for (`cluster`, which the tier "
+            "must allow: unknown 400 unknown_cluster, not allowed 403 cluster_not_allowed), else among those the tier "
+            "allows (narrowed by `labels`) the shared cluster with the fewest workspaces, or for a dedicated tier a "
+            "free dedicated cluster (none free: 409 no_free_cluster). A repeat never moves it", 201,
+            body="InitRequest", errors=(400, 403, 409, 429, 503),
                                                 also_ok={200: "already onboarded: the same workspace"})},
         "/api/v1/workspaces": {"get": _op("The workspaces the caller is a member of, each with their role "
                                           "(all=true: every workspace, gateway admins)", 200, errors=(400, 403),
@@ -103,11 +107,20 @@ DOCUMENT: dict[str, Any] = {
         "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(403, 404), params=[_path_id()])},
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
             "Issue a 2-hour kubeconfig of the caller's own ServiceAccount in the workspace (workspace_id: any "
-            "they are a member of; default: the one they own)", 200, ok_type="application/x-yaml", errors=(403, 404, 409, 503),
-            params=[_query("workspace_id"), _query("format")])},
+            "they are a member of; default: the one they own), with its cluster's public server and CA. "
+            "all=true: one file with a context per workspace the caller may use now, named `<cluster>/<namespace>`, "
+            "each with its own cluster and user entries of that name and its own credential (each issued and "
+            "audited as one kubeconfig is); a workspace whose cluster is down is left out and named in a comment",
+            200, ok_type="application/x-yaml", errors=(400, 403, 404, 409, 503),
+            params=[_query("workspace_id"), _query("format"), _query("all", "boolean")])},
         "/api/v1/workspaces/credentials/token": {"get": _op(
-            "Issue the kubeconfig's 2-hour token as JSON (kubectl's exec plugin)", 200, errors=(403, 404, 409, 503),
+            "Issue the kubeconfig's 2-hour token as JSON (kubectl's exec plugin), with the workspace's `cluster` "
+            "and its public `server` and `certificate_authority_data`", 200, errors=(403, 404, 409, 503),
             params=[_query("workspace_id")])},
+        "/api/v1/clusters": {"get": _op(
+            "The clusters this gateway serves (gateway admins): name, labels, kind (shared or dedicated), "
+            "reachable now, API server version (null when unreachable), how many workspaces it holds, and the "
+            "workspace holding a dedicated one (dedicated_to)", 200, errors=(403, 503))},
         "/api/v1/workspaces/{id}/members": {
             "get": _op("The workspace's members (with pending invitations, status invited) and group bindings "
                        "(any member; others 404)", 200, errors=(403, 404, 503), params=[_path_id()]),
@@ -177,8 +190,11 @@ DOCUMENT: dict[str, Any] = {
                                        errors=(404,), params=[
             {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}])},
         "/healthz": {"get": _op("Liveness", 200, auth=False)},
-        "/readyz": {"get": _op("Readiness: database and API server reachable (database events reported, not required)", 200,
-                               auth=False, errors=(503,))},
+        "/readyz": {"get": _op(
+            "Readiness: database and API server reachable (database events reported, not required). With several "
+            "clusters, ready while the database answers: unreachable clusters are listed in `degraded` (status "
+            "degraded, 200) and in checks.clusters; their workspaces answer 503 naming them", 200,
+            auth=False, errors=(503,))},
         "/k8s/{workspace_id}/{path}": {method: _k8s_errors(_op(
             "The Kubernetes API of the workspace, walled to its namespace", 200, errors=(400, 403, 404, 429, 502, 503),
             params=[_path_id("workspace_id"), {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}])
@@ -198,7 +214,11 @@ DOCUMENT: dict[str, Any] = {
                 "password": {"type": "string", "minLength": MIN_LENGTH, "maxLength": MAX_LENGTH,
                              "description": "register also refuses passwords that are easy to guess "
                                             "(fewer than 4 distinct characters, or containing the email's name)"}}},
-            "InitRequest": {"type": "object", "properties": {"tier": {"type": "string", "default": "basic"}}},
+            "InitRequest": {"type": "object", "properties": {
+                "tier": {"type": "string", "default": "basic"},
+                "cluster": {"type": "string", "description": "a configured cluster's name (GET /api/v1/clusters)"},
+                "labels": {"type": "object", "additionalProperties": {"type": "string"},
+                           "description": "labels the cluster must carry (e.g. {region: eu})"}}},
             "DeviceStart": {"type": "object", "properties": {
                 "provider": {"type": "string"},
                 "client_name": {"type": "string", "maxLength": 100,

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from typing import Any
 
 from aiohttp import web
 
 from provisioning import access, credentials, onboarding, suspension
+from provisioning.access import Seat
+from provisioning.clusters import ClusterConfigError, is_cluster_name, parse_labels
 from provisioning.db import members as member_rows
 from provisioning.db import repositories as repo
-from provisioning.errors import BadRequest, Forbidden
-from provisioning.kubeconfig import render_exec_kubeconfig
-from provisioning.models import Member, Workspace
+from provisioning.errors import BadRequest, ClusterUnavailable, Forbidden, GatewayError, NotFound
+from provisioning.kube.client import KubeApi
+from provisioning.kubeconfig import (
+    FleetContext,
+    exec_credential,
+    render_exec_kubeconfig,
+    render_fleet_kubeconfig,
+    render_kubeconfig,
+    token_credential,
+)
+from provisioning.models import IssuedToken, Member, Workspace
 from proxy import keys
+from proxy.auth.authenticating import Principal
 from proxy.http.requests import uuid_from
 from proxy.routes import ratelimit
 from proxy.routes.common import (
@@ -54,14 +66,31 @@ async def init_workspace(request: web.Request) -> web.Response:
     tier = bounded_string(body.get("tier", "basic"), "tier", _MAX_TIER_NAME, code="unknown_tier")
     if tier not in settings.tiers:
         raise BadRequest(f"unknown tier {tier!r}; known: {', '.join(sorted(settings.tiers))}", code="unknown_tier")
+    cluster, labels = _placement_request(body)
     result = await onboarding.onboarded_already(db, who.user, tier, tiers=settings.tiers)
     if result is None:  # only calls that may make something count against the limit
         await ratelimit.enforce(db, app[keys.METRICS], settings.rate_init,
                                 {"init": str(who.user.id), "init-address": rate_address(request)})
-        result = await onboarding.onboard(db, app[keys.KUBE], who.user, tier, tiers=settings.tiers,
-                                          cluster_role=settings.tenant_clusterrole, ip_address=ip)
+        result = await onboarding.onboard(db, app[keys.FLEET], who.user, tier, tiers=settings.tiers,
+                                          cluster_role=settings.tenant_clusterrole, ip_address=ip,
+                                          cluster=cluster, labels=labels)
     return web.json_response(result.workspace.public(result.tier.summary()),
                              status=201 if result.provisioned_now else 200)
+
+
+def _placement_request(body: dict[str, Any]) -> tuple[str | None, dict[str, str] | None]:
+    """`cluster` (a configured name) and `labels` (`{label: value}`) of an
+    init body; placement (provisioning.placement) judges them against the tier."""
+    cluster = body.get("cluster")
+    if cluster is not None:
+        cluster = bounded_string(cluster, "cluster", _MAX_TIER_NAME, code="unknown_cluster")
+        if not is_cluster_name(cluster):
+            raise BadRequest("cluster must be a cluster's name (a lowercase DNS label)", code="unknown_cluster")
+    try:
+        labels = parse_labels("labels", body.get("labels"))
+    except ClusterConfigError as error:
+        raise BadRequest(str(error), code="invalid_labels") from None
+    return cluster, labels or None
 
 
 @routes.get("/api/v1/workspaces")
@@ -89,36 +118,84 @@ async def issuance_allowed(request: web.Request, user_id: uuid.UUID) -> None:
                             {"kubeconfig": str(user_id)})
 
 
+async def _issue(request: web.Request, who: Principal, seat: Seat,
+                 kind: str = "kubeconfig") -> tuple[Seat, IssuedToken]:
+    """A token of the caller's account in the seat's workspace, minted by
+    the workspace's own cluster (provisioning.credentials: audited, bound,
+    counted against GATEWAY_RATE_KUBECONFIG)."""
+    app = request.app
+    settings = app[keys.SETTINGS]
+    await issuance_allowed(request, who.user.id)
+    return await credentials.issue_token(
+        app[keys.DATABASE], app[keys.FLEET].of(seat.workspace).kube, settings.cluster_roles, settings.tiers,
+        who.user, seat.workspace.id, ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds,
+        kind=kind, user_agent=request.headers.get("User-Agent"))
+
+
 @routes.get("/api/v1/workspaces/credentials/kubeconfig")
 async def kubeconfig(request: web.Request) -> web.Response:
     who = await principal(request)
     app = request.app
-    settings, kube, db = app[keys.SETTINGS], app[keys.KUBE], app[keys.DATABASE]
+    settings, db = app[keys.SETTINGS], app[keys.DATABASE]
     form = request.query.get("format", "token")
     if form not in ("token", "exec"):
         raise BadRequest("format must be token or exec", code="invalid_query")
-    public_server = settings.public_server or kube.endpoint.server
-    if form == "exec":
-        # No token in it, so nothing to mint or audit: each token the plugin
-        # fetches later is issued (and audited) by the token route.
-        seat = await credentials.usable_seat(db, who.user, _workspace_query(request))
-        text = render_exec_kubeconfig(server=public_server, ca_base64=app[keys.PUBLIC_CA_BASE64],
-                                      namespace=seat.workspace.namespace,
-                                      gateway=settings.gateway_url or public_origin(request),
-                                      workspace_id=str(seat.workspace.id), user=seat.service_account)
+    if query_flag(request, "all"):
+        if request.query.get("workspace_id"):
+            raise BadRequest("all=true is every workspace of yours: leave workspace_id out", code="invalid_query")
+        text = await _fleet_kubeconfig(request, who, form)
     else:
-        await issuance_allowed(request, who.user.id)
-        text = await credentials.issue_kubeconfig(
-            db, kube, settings.cluster_roles, settings.tiers, who.user, _workspace_query(request),
-            ip_address=client_ip(request),
-            user_agent=request.headers.get("User-Agent"),
-            ttl_seconds=settings.token_ttl_seconds, public_server=public_server,
-            public_ca_base64=app[keys.PUBLIC_CA_BASE64],
-        )
+        seat = await credentials.usable_seat(db, who.user, _workspace_query(request))
+        cluster = app[keys.FLEET].of(seat.workspace)
+        tls_server_name = cluster.settings.tls_server_name
+        if form == "exec":
+            # No token in it, so nothing to mint or audit: each token the plugin
+            # fetches later is issued (and audited) by the token route.
+            text = render_exec_kubeconfig(server=cluster.public_server, ca_base64=cluster.public_ca_base64,
+                                          namespace=seat.workspace.namespace,
+                                          gateway=settings.gateway_url or public_origin(request),
+                                          workspace_id=str(seat.workspace.id), user=seat.service_account,
+                                          tls_server_name=tls_server_name)
+        else:
+            seat, issued = await _issue(request, who, seat)
+            text = render_kubeconfig(server=cluster.public_server, ca_base64=cluster.public_ca_base64,
+                                     namespace=seat.workspace.namespace, token=issued.token,
+                                     user=seat.service_account,
+                                     tls_server_name=tls_server_name)
     return web.Response(text=text, content_type="application/x-yaml", headers={
         "Cache-Control": "no-store",
         "Content-Disposition": 'attachment; filename="kubeconfig.yaml"',
     })
+
+
+async def _fleet_kubeconfig(request: web.Request, who: Principal, form: str) -> str:
+    """`?all=true`: one context per workspace the caller may use now
+    (provisioned, not suspended), named `<cluster>/<namespace>`, each with
+    its cluster's public endpoint and its own credential: a token issued
+    through the same path as a single kubeconfig's (each audited, each a
+    credential), or the exec plugin. A workspace whose cluster is down is
+    left out, and named in a comment at the top: the others are served."""
+    app = request.app
+    fleet, gateway = app[keys.FLEET], app[keys.SETTINGS].gateway_url or public_origin(request)
+    contexts: list[FleetContext] = []
+    left_out: list[str] = []
+    for workspace, member in await member_rows.memberships_of(app[keys.DATABASE], who.user.id):
+        try:
+            seat = access.usable(who.user, workspace, member)
+        except GatewayError:
+            continue  # suspended, or not provisioned yet: nothing to use there
+        try:
+            cluster = fleet.of(workspace)
+            if form == "exec":
+                credential = exec_credential(gateway, str(workspace.id))
+            else:
+                credential = token_credential((await _issue(request, who, seat))[1].token)
+        except ClusterUnavailable as down:
+            left_out.append(f"# left out: {workspace.cluster}/{workspace.namespace}: {down.message}\n")
+            continue
+        contexts.append(FleetContext(cluster.name, workspace.namespace, cluster.public_server,
+                                     cluster.public_ca_base64, credential, cluster.settings.tls_server_name))
+    return "".join(left_out) + render_fleet_kubeconfig(contexts)
 
 
 @routes.get("/api/v1/workspaces/credentials/token")
@@ -126,17 +203,14 @@ async def token(request: web.Request) -> web.Response:
     """What `tenant-gateway credential` fetches: the kubeconfig's token, audited the same way."""
     who = await principal(request)
     app = request.app
-    settings, kube = app[keys.SETTINGS], app[keys.KUBE]
-    await issuance_allowed(request, who.user.id)
-    seat, issued = await credentials.issue_token(
-        app[keys.DATABASE], kube, settings.cluster_roles, settings.tiers, who.user, _workspace_query(request),
-        ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds, kind="token",
-        user_agent=request.headers.get("User-Agent"))
+    seat = await credentials.usable_seat(app[keys.DATABASE], who.user, _workspace_query(request))
+    cluster = app[keys.FLEET].of(seat.workspace)
+    seat, issued = await _issue(request, who, seat, kind="token")
     return web.json_response({
         "token": issued.token, "expires_at": issued.expires_at.isoformat(), "namespace": seat.workspace.namespace,
         "service_account": seat.service_account, "role": seat.role, "credential": issued.issuance_id,
-        "server": settings.public_server or kube.endpoint.server,
-        "certificate_authority_data": app[keys.PUBLIC_CA_BASE64],
+        "cluster": cluster.name, "server": cluster.public_server,
+        "certificate_authority_data": cluster.public_ca_base64,
     }, headers={"Cache-Control": "no-store"})
 
 
@@ -154,7 +228,8 @@ async def get_workspace(request: web.Request) -> web.Response:
 async def suspend_workspace(request: web.Request) -> web.Response:
     who = await admin(request)
     app = request.app
-    workspace = await suspension.suspend(app[keys.DATABASE], app[keys.KUBE], uuid_from(request.match_info["id"], "workspace"),
+    workspace_id = uuid_from(request.match_info["id"], "workspace")
+    workspace = await suspension.suspend(app[keys.DATABASE], await _kube_of(request, workspace_id), workspace_id,
                                          who.user, client_ip(request))
     app[keys.METRICS].suspensions.inc()
     return web.json_response({"id": str(workspace.id), "status": workspace.status})
@@ -164,10 +239,19 @@ async def suspend_workspace(request: web.Request) -> web.Response:
 async def resume_workspace(request: web.Request) -> web.Response:
     who = await admin(request)
     app = request.app
-    workspace = await suspension.resume(app[keys.DATABASE], app[keys.KUBE], uuid_from(request.match_info["id"], "workspace"),
+    workspace_id = uuid_from(request.match_info["id"], "workspace")
+    workspace = await suspension.resume(app[keys.DATABASE], await _kube_of(request, workspace_id), workspace_id,
                                         who.user, client_ip(request), tiers=app[keys.SETTINGS].tiers,
                                         cluster_role=app[keys.SETTINGS].tenant_clusterrole)
     return web.json_response({"id": str(workspace.id), "status": workspace.status})
+
+
+async def _kube_of(request: web.Request, workspace_id: uuid.UUID) -> KubeApi:
+    """The client of the workspace's cluster; 404 if there is no such workspace."""
+    workspace = await repo.get_workspace(request.app[keys.DATABASE], workspace_id)
+    if workspace is None:
+        raise NotFound("no such workspace")
+    return request.app[keys.FLEET].of(workspace).kube
 
 
 @routes.get("/api/v1/audit")

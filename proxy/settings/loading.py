@@ -18,17 +18,22 @@ from typing import Any, Mapping
 
 import yaml
 
+from provisioning.placement import eligible_clusters
 from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import with_cluster_images
 from proxy.settings.errors import SettingsError
 from proxy.settings.model import VARIABLES, Settings, variable_name
-from proxy.settings.readers import provider_list
+from proxy.settings.readers import cluster_list, provider_list
 from proxy.settings.variables import Form, declared
 
 _NAMES = frozenset(variable.name for variable in VARIABLES)
 _FILE_KEYS = frozenset(variable.name for variable in VARIABLES if variable.in_config_file)
-# Structured (a list), so not a GATEWAY_* string: only the GATEWAY_CONFIG file holds it.
+# Structured (lists), so not GATEWAY_* strings: only the GATEWAY_CONFIG file holds them.
 _PROVIDERS_KEY = "oidc_providers"
+_CLUSTERS_KEY = "clusters"
+_LISTS = (_PROVIDERS_KEY, _CLUSTERS_KEY)
+# With a cluster list, these single-cluster variables mean nothing: each cluster says its own.
+_SINGLE_CLUSTER = ("kubeconfig", "public_server", "public_ca_file")
 
 
 # -- pure: texts in, Settings out --
@@ -50,6 +55,9 @@ def load_settings(env: Mapping[str, str], config_text: str | None = None,
     if "oidc_providers" not in chosen:
         # The file GATEWAY_OIDC_PROVIDERS names wins over the GATEWAY_CONFIG file's own list.
         chosen["oidc_providers"] = provider_list("GATEWAY_OIDC_PROVIDERS", config.get(_PROVIDERS_KEY))
+    if "listed_clusters" not in chosen:
+        # Likewise the file GATEWAY_CLUSTERS names over the GATEWAY_CONFIG file's `clusters`.
+        chosen["listed_clusters"] = cluster_list("GATEWAY_CLUSTERS", config.get(_CLUSTERS_KEY))
     settings = Settings(**chosen)
     _check_together(settings)
     # What onboarding and reconcile write into each namespace: the tier's
@@ -71,7 +79,7 @@ def _config_mapping(config_text: str | None) -> dict[str, Any]:
 
 def _merge(env: Mapping[str, str], config: Mapping[Any, Any]) -> dict[str, str]:
     """Each variable's text: the environment's, else the GATEWAY_CONFIG file's."""
-    from_file = {str(key): value for key, value in config.items() if key != _PROVIDERS_KEY}
+    from_file = {str(key): value for key, value in config.items() if key not in _LISTS}
     unknown = sorted(set(from_file) - _FILE_KEYS)
     if unknown:
         raise SettingsError(f"unknown keys in GATEWAY_CONFIG: {', '.join(unknown)}")
@@ -115,8 +123,31 @@ def _check_together(settings: Settings) -> None:
     if settings.proxy_token_refresh_margin_seconds >= settings.proxy_token_ttl_seconds:
         raise SettingsError("GATEWAY_PROXY_TOKEN_REFRESH_SECONDS must be less than GATEWAY_PROXY_TOKEN_TTL_SECONDS")
     _check_audit_listener(settings)
+    _check_clusters(settings)
     if settings.metrics_listen.port == settings.listen.port != 0:
         raise SettingsError("GATEWAY_METRICS_LISTEN needs a port of its own: /metrics is never served on GATEWAY_LISTEN")
+
+
+def _check_clusters(settings: Settings) -> None:
+    """A cluster list replaces the single-cluster variables (both set is a
+    mistake, named); every cluster a tier names must be configured, and a
+    tier's rules must leave it somewhere to go."""
+    if settings.listed_clusters:
+        both = [variable_name(field) for field in _SINGLE_CLUSTER if getattr(settings, field) is not None]
+        if both:
+            raise SettingsError(f"GATEWAY_CLUSTERS and {', '.join(both)} are both set: with a cluster list each "
+                                "cluster names its own kubeconfig, public_server and public_ca_file; "
+                                f"leave {', '.join(both)} out")
+    known = {cluster.name: cluster for cluster in settings.clusters}
+    for tier in settings.tiers.values():
+        unknown = [name for name in tier.clusters if name not in known]
+        if unknown:
+            raise SettingsError(f"GATEWAY_TIERS_FILE: tier {tier.name} names clusters that are not configured: "
+                                f"{', '.join(unknown)} (configured: {', '.join(sorted(known))})")
+        if (tier.clusters or tier.cluster_selector or tier.dedicated) and not eligible_clusters(tier, known.values()):
+            kind = "dedicated" if tier.dedicated else "shared"
+            raise SettingsError(f"GATEWAY_TIERS_FILE: tier {tier.name} allows no configured {kind} cluster "
+                                "(check its clusters, cluster_selector and dedicated)")
 
 
 _AUDIT_FILES = ("audit_tls_cert_file", "audit_tls_key_file", "audit_client_ca")
@@ -171,6 +202,10 @@ def check_files(settings: Settings) -> None:
         file: Path | None = getattr(settings, field_name) if variable.form is Form.FILE else None
         if file is not None and not file.is_file():
             raise SettingsError(f"{variable.name}: {file} is not a file")
+    for cluster in settings.listed_clusters:
+        for key, file in (("kubeconfig", cluster.kubeconfig), ("public_ca_file", cluster.public_ca_file)):
+            if file is not None and not file.is_file():
+                raise SettingsError(f"GATEWAY_CLUSTERS: cluster {cluster.name!r}: {key} {file} is not a file")
 
 
 def with_secret_files(settings: Settings) -> Settings:

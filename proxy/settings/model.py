@@ -11,14 +11,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from provisioning.clusters import DEFAULT_CLUSTER, ClusterSettings
 from provisioning.roles import ClusterRoles
 from provisioning.secrets import Secret
 from provisioning.tiers import DEFAULT_TIERS, Tier
+from proxy.settings import readers
 from proxy.settings.errors import SettingsError
 from proxy.settings.providers import OIDCProvider
-from proxy.settings import readers
-from proxy.settings.values import MAX_COUNT, MAX_TOKEN_TTL_SECONDS, MIN_TOKEN_TTL_SECONDS, YEAR_SECONDS, HostPort, \
-    RateLimit
+from proxy.settings.values import (
+    MAX_COUNT,
+    MAX_TOKEN_TTL_SECONDS,
+    MIN_TOKEN_TTL_SECONDS,
+    YEAR_SECONDS,
+    HostPort,
+    RateLimit,
+)
 from proxy.settings.variables import Form, Variable, declared, setting
 
 _TOKEN_TTL = readers.whole(MIN_TOKEN_TTL_SECONDS, MAX_TOKEN_TTL_SECONDS, " (the API server's minimum)", " (a hard limit)")
@@ -68,7 +75,15 @@ class Settings:
     and the local cluster of `tenant-gateway dev`."""
     kubeconfig: Path | None = setting(None, env="GATEWAY_KUBECONFIG", read=readers.path)
     """The gateway's own restricted credential. None: in-cluster config when
-    running in a pod, else ~/.kube/config."""
+    running in a pod, else ~/.kube/config. One cluster only: with
+    GATEWAY_CLUSTERS each cluster names its own."""
+    listed_clusters: tuple[ClusterSettings, ...] = setting((), env="GATEWAY_CLUSTERS", read=readers.clusters,
+                                                           form=Form.FILE_TEXT)
+    """The clusters served (provisioning.clusters says an entry's keys): a
+    YAML list in the file GATEWAY_CLUSTERS names, or under `clusters` in the
+    GATEWAY_CONFIG file. Empty: one cluster, `default`, from
+    GATEWAY_KUBECONFIG, GATEWAY_PUBLIC_SERVER and GATEWAY_PUBLIC_CA_FILE.
+    Read it through `clusters`."""
     tls_cert_file: Path | None = setting(None, env="GATEWAY_TLS_CERT_FILE", read=readers.path, form=Form.FILE)
     """Serve HTTPS directly with this certificate; unset behind a
     TLS-terminating ingress. Session cookies are Secure, so browsers need
@@ -218,6 +233,16 @@ class Settings:
         if self.session_secret is None:
             raise SettingsError("GATEWAY_SESSION_SECRET is not set")
         return self.session_secret
+
+    @property
+    def clusters(self) -> tuple[ClusterSettings, ...]:
+        """The one place that decides which clusters there are: the list,
+        else today's single-cluster settings as one shared cluster named
+        `default` (where existing workspaces are)."""
+        if self.listed_clusters:
+            return self.listed_clusters
+        return (ClusterSettings(DEFAULT_CLUSTER, kubeconfig=self.kubeconfig, public_server=self.public_server,
+                                public_ca_file=self.public_ca_file),)
 
     @property
     def cluster_roles(self) -> ClusterRoles:

@@ -13,6 +13,7 @@ from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 import yaml
 
+from provisioning.clusters import ClusterConfigError, ClusterSettings, parse_clusters
 from provisioning.secrets import Secret, yaml_mistake
 from provisioning.tiers import Tier, parse_tiers
 from provisioning.workload_rules import image_entry_problem
@@ -238,6 +239,23 @@ def tiers(name: str, text: str) -> dict[str, Tier]:
     try:
         return parse_tiers(text)
     except ValueError as error:
+        raise SettingsError(f"{name}: {error}") from None
+
+
+def clusters(name: str, text: str) -> tuple[ClusterSettings, ...]:
+    """The text of a YAML file listing clusters."""
+    try:
+        loaded: Any = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise SettingsError(f"{name} is {yaml_mistake(error)}") from None
+    return cluster_list(name, loaded)
+
+
+def cluster_list(name: str, loaded: Any) -> tuple[ClusterSettings, ...]:
+    """The list as YAML loaded it: from the clusters' file, or the config file's `clusters`."""
+    try:
+        return parse_clusters(loaded)
+    except ClusterConfigError as error:
         raise SettingsError(f"{name}: {error}") from None
 
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, NoReturn
 from provisioning.kube.client import ClusterEndpoint
 from provisioning.kube.errors import KubeAlreadyExists, KubeNotFound
 
+VERSION = {"gitVersion": "v0.0.0-fake"}
+
 
 class FakeTokenIssuer:
     """A FAKE gateway client: it answers TokenRequests only, each with a new
@@ -73,6 +75,8 @@ class FakeTokenIssuer:
         self._not_a_token_request(method, path)
 
     async def get(self, path: str) -> dict[str, Any]:
+        if path == "/version":  # the admins' cluster view asks
+            return dict(VERSION)
         self._not_a_token_request("GET", path)
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +148,8 @@ class FakeCluster(FakeTokenIssuer):
         return copy.deepcopy(made)
 
     async def get(self, path: str) -> dict[str, Any]:
+        if path == "/version":
+            return dict(VERSION)
         if not self._kept(path):
             self._not_a_token_request("GET", path)
         if path not in self.objects:

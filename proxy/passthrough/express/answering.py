@@ -117,7 +117,8 @@ class ExpressLane:
         """The GET as the tenant (Relay.exchange: a refused token replaced,
         failures mapped, the read counted)."""
         relay = self._gate.relay
-        target, fields, pool, timeout = admitted.ticket.decision.target, admitted.fields, relay.pool, relay.timeout
+        upstream = relay.upstream(admitted.ticket)
+        target, fields, pool, timeout = admitted.ticket.decision.target, admitted.fields, upstream.pool, upstream.timeout
 
         def send(token: str) -> Awaitable[Answer]:
             return pool.get(target, b"".join((fields, b"Authorization: Bearer ", token.encode("ascii"), b"\r\n")),
