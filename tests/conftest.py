@@ -199,6 +199,8 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
         if clusters is not None:
             files["GATEWAY_CLUSTERS"] = yaml.safe_dump(clusters)
             merged.pop("GATEWAY_KUBECONFIG", None)
+        elif "GATEWAY_CLUSTERS" in merged:  # a file's path, as `serve` is given it (tests.support.fleet)
+            files["GATEWAY_CLUSTERS"] = Path(merged["GATEWAY_CLUSTERS"]).read_text()
         settings = load_settings(merged, file_texts=files)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
                          clock=clock or time.monotonic, express=express_lane if express is None else express)
