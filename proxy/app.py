@@ -274,7 +274,8 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         await trimmer.stop()
 
     app.cleanup_ctx.extend([identity_providers, database, rate_limit_counters, events_and_sessions, kubernetes,
-                            audit, credential_sweep, pass_through_upstreams, tenant_tokens, open_streams, pass_through_gate, heap,
+                            audit, credential_sweep, pass_through_upstreams, tenant_tokens, open_streams,
+                            pass_through_gate, heap,
                             metrics_listener(settings), audit_listener(settings)])
     app.on_shutdown.append(end_streams)
     # Every route answers Expect in the contract's shape (aiohttp asks the route, not the middleware).

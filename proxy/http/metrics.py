@@ -29,6 +29,9 @@ class Metrics:
         self.cluster_token_requests = Counter("tenant_gateway_cluster_token_requests",
                                               "TokenRequests the proxy made, by cluster and result",
                                               ["cluster", "result"], registry=r)
+        self.cluster_proxied = Counter("tenant_gateway_cluster_proxied_requests",
+                                       "Proxied requests sent to a cluster's API server, by cluster and kind "
+                                       "(read or write)", ["cluster", "kind"], registry=r)
         self.cluster_upstream_failures = Counter(
             "tenant_gateway_cluster_upstream_failures",
             "Proxied exchanges that failed to reach a cluster's API server (503), by cluster", ["cluster"], registry=r)
@@ -91,6 +94,8 @@ class Metrics:
         self._token_cache_hits = 0
         self._proxy_reads = 0
         self._express_answers = 0
+        self._proxied: dict[tuple[str, str], int] = {}
+        """(cluster, read|write) -> proxied requests since the last scrape."""
 
     def cluster_token_request(self, cluster: str, result: str) -> None:
         self.cluster_token_requests.labels(cluster=cluster, result=result).inc()
@@ -105,6 +110,12 @@ class Metrics:
     def proxy_read(self) -> None:
         """tenant_gateway_proxy_reads, +1."""
         self._proxy_reads += 1
+
+    def proxied(self, cluster: str, kind: str) -> None:
+        """tenant_gateway_cluster_proxied_requests{cluster, kind}, +1: a dict's
+        add on the hot path, the metric's labels at the scrape."""
+        key = (cluster, kind)
+        self._proxied[key] = self._proxied.get(key, 0) + 1
 
     def express_answer(self) -> None:
         """tenant_gateway_proxy_express_answers, +1."""
@@ -158,6 +169,9 @@ class Metrics:
         if self._express_answers:
             self.express_answers.inc(self._express_answers)
             self._express_answers = 0
+        proxied, self._proxied = self._proxied, {}
+        for (cluster, kind), count in proxied.items():
+            self.cluster_proxied.labels(cluster=cluster, kind=kind).inc(count)
 
     def exposition(self) -> bytes:
         self._flush()

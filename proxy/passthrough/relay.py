@@ -107,5 +107,7 @@ class Relay:
         taken effect all the same."""
         if place is None:
             self.metrics.proxy_read()
+            self.metrics.proxied(ticket.workspace.cluster, "read")
             return
+        self.metrics.proxied(ticket.workspace.cluster, "write")
         place.fill(ticket.event("ProxyWrite", status=status))

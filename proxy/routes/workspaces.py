@@ -191,7 +191,8 @@ async def _fleet_kubeconfig(request: web.Request, who: Principal, form: str) -> 
             else:
                 credential = token_credential((await _issue(request, who, seat))[1].token)
         except ClusterUnavailable as down:
-            left_out.append(f"# left out: {workspace.cluster}/{workspace.namespace}: {down.message}\n")
+            why = " ".join(down.message.split())  # one comment line, whatever the message
+            left_out.append(f"# left out: {workspace.cluster}/{workspace.namespace}: {why}\n")
             continue
         contexts.append(FleetContext(cluster.name, workspace.namespace, cluster.public_server,
                                      cluster.public_ca_base64, credential, cluster.settings.tls_server_name))

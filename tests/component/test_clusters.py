@@ -21,8 +21,9 @@ import pytest
 import yaml
 from aiohttp import web
 
+from provisioning import revocation
 from provisioning.db import repositories as repo
-from provisioning.errors import Conflict
+from provisioning.errors import ClusterUnavailable, Conflict
 from provisioning.models import AuditEvent
 from proxy import keys
 from tests.fakes.apiserver import FakeAPIServer
@@ -100,6 +101,8 @@ async def test_each_workspace_reaches_its_own_cluster_with_a_token_its_cluster_m
     text = await metrics_text(gateway)
     assert metric(text, 'tenant_gateway_cluster_token_requests_total{cluster="a",result="success"}') == 1
     assert metric(text, 'tenant_gateway_cluster_token_requests_total{cluster="b",result="success"}') == 1
+    for cluster in ("a", "b"):
+        assert metric(text, f'tenant_gateway_cluster_proxied_requests_total{{cluster="{cluster}",kind="read"}}') == 1
 
 
 @pytest.mark.parametrize("crafted", [
@@ -232,3 +235,50 @@ async def test_the_combined_kubeconfig_has_each_workspace_on_its_own_cluster_eac
         f"a/{a_namespace}": str(a_id), f"b/{b_namespace}": str(b_id)}
     refused = await owner.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?all=true&workspace_id={a_id}")
     assert refused.status == 400
+
+
+async def test_each_credential_records_its_cluster_and_the_sweep_goes_on_past_a_cluster_that_is_down(
+        make_gateway: Any, fake_api_server: FakeAPIServer) -> None:
+    gateway, kubes, _seen = await two_clusters(make_gateway, fake_api_server)
+    on_a, a_id, _ = await on_cluster(gateway, "a")
+    on_b, b_id, _ = await on_cluster(gateway, "b")
+    for person, workspace_id in ((on_a, a_id), (on_b, b_id)):
+        answer = await person.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}")
+        assert answer.status == 200, await answer.text()
+    db = gateway.server.app[keys.DATABASE]
+    rows = {row["workspace_id"]: row["cluster"]
+            for row in await db.fetch("SELECT workspace_id, cluster FROM credentials")}
+    assert rows == {a_id: "a", b_id: "b"}
+    # Test setup: both expired, and b's API server gone (a FAKE that cannot be reached on cue).
+    await db.fetch("UPDATE credentials SET expires_at = now() - interval '1 minute'")
+    fleet = gateway.server.app[keys.FLEET]
+
+    async def unreachable(path: str) -> dict[str, Any]:
+        raise ClusterUnavailable()
+
+    kubes["b"].delete = unreachable  # type: ignore[method-assign]
+    assert await revocation.sweep(db, fleet) == 1  # a's; b's waits for a later sweep
+    assert len(kubes["a"].unbound) == 1 and kubes["b"].unbound == [] and len(kubes["b"].secrets) == 1
+    del kubes["b"].delete
+    assert await revocation.sweep(db, fleet) == 1
+    assert len(kubes["b"].unbound) == 1
+
+
+async def test_a_suspended_users_accounts_go_on_every_cluster_they_are_a_member_on(
+        make_gateway: Any, fake_api_server: FakeAPIServer, database_url: str) -> None:
+    gateway, kubes, _seen = await two_clusters(make_gateway, fake_api_server)
+    owner_a, a_id, a_namespace = await on_cluster(gateway, "a")
+    owner_b, b_id, b_namespace = await on_cluster(gateway, "b")
+    person = await join(gateway, a_id, "edit", owner_a.user_id)
+    await join(gateway, b_id, "view", owner_b.user_id, person=person)
+    for workspace_id in (a_id, b_id):  # their first credential makes their account there
+        answer = await person.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}")
+        assert answer.status == 200, await answer.text()
+    account = "/serviceaccounts/"
+    assert any(account in path and a_namespace in path for path in kubes["a"].objects)
+    assert any(account in path and b_namespace in path for path in kubes["b"].objects)
+    admin = await admin_session(gateway, database_url)
+    assert (await admin.call("POST", f"/api/v1/users/{person.user_id}/suspend")).status == 200
+    for name, namespace in (("a", a_namespace), ("b", b_namespace)):
+        assert not kubes[name].names(namespace, "serviceaccounts") - {"sa-tenant-admin"}, name
+        assert len(kubes[name].unbound) == 1, name  # their credential there revoked, on its own cluster

@@ -1,16 +1,21 @@
 """Several clusters, the pure parts: the registry's settings (a list, or
 today's single-cluster variables as `default`), tiers' placement keys,
-placement itself, and the fleet's kubeconfig. Pure."""
+placement itself, the fleet's kubeconfig, and how the fleet names a
+cluster that is down (with a FAKE client that is). Pure, but for one
+file check on tmp_path."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, AsyncIterator
 
 import pytest
 import yaml
 
 from provisioning.clusters import DEFAULT_CLUSTER, ClusterSettings
-from provisioning.errors import BadRequest, Conflict, Forbidden
+from provisioning.errors import BadRequest, ClusterUnavailable, Conflict, Forbidden
+from provisioning.fleet import Fleet, naming
+from provisioning.kube.client import ClusterEndpoint
 from provisioning.kubeconfig import FleetContext, exec_credential, render_fleet_kubeconfig, token_credential
 from provisioning.placement import eligible_clusters, place
 from provisioning.tiers import Tier, parse_tiers
@@ -174,3 +179,58 @@ def test_the_fleet_kubeconfig_has_one_context_per_workspace_with_its_own_cluster
 def test_fleet_kubeconfig_values_cannot_add_structure(hostile: str) -> None:
     with pytest.raises(ValueError):
         render_fleet_kubeconfig([FleetContext("a", hostile, "https://a", "", token_credential("t"))])
+
+
+class _Down:
+    """A FAKE client of a cluster that is down: every call is ClusterUnavailable."""
+
+    endpoint = ClusterEndpoint("https://down.example:6443", None)
+    ca_base64 = "RE9XTg=="
+
+    async def get(self, path: str) -> dict[str, Any]:
+        raise ClusterUnavailable()
+
+    async def reachable(self) -> bool:
+        return False
+
+    async def list_pages(self, path: str, **_: Any) -> AsyncIterator[list[dict[str, Any]]]:
+        raise ClusterUnavailable("listing failed")
+        yield []
+
+
+async def test_with_several_clusters_a_cluster_that_is_down_is_named_in_its_503() -> None:
+    down = _Down()
+    fleet = await Fleet.connect((ClusterSettings("eu-1", public_server="https://eu.example"),
+                                 ClusterSettings("us-1")), {"eu-1": down, "us-1": down})  # type: ignore[dict-item]
+    eu = fleet.named("eu-1")
+    assert (eu.public_server, eu.public_ca_base64) == ("https://eu.example", "RE9XTg==")
+    assert fleet.named("us-1").public_server == "https://down.example:6443"  # the credential's, when none is given
+    with pytest.raises(ClusterUnavailable, match="^cluster eu-1: the Kubernetes API server is unreachable") as named:
+        await eu.kube.get("/version")
+    assert named.value.code == "cluster_unavailable" and named.value.status == 503
+    with pytest.raises(ClusterUnavailable, match="^cluster us-1: listing failed"):
+        async for _page in fleet.named("us-1").kube.list_pages("/api/v1/namespaces"):
+            pass
+    assert naming("eu-1", named.value) is named.value  # named once
+    with pytest.raises(ClusterUnavailable, match="cluster gone is not configured on this gateway"):
+        fleet.named("gone")
+
+
+async def test_one_cluster_keeps_todays_messages() -> None:
+    down: Any = _Down()
+    fleet = await Fleet.connect((ClusterSettings(DEFAULT_CLUSTER),), {DEFAULT_CLUSTER: down})
+    with pytest.raises(ClusterUnavailable) as plain:
+        await fleet.named(DEFAULT_CLUSTER).kube.get("/version")
+    assert plain.value.message == "the Kubernetes API server is unreachable; retry later"
+
+
+def test_the_files_a_cluster_names_must_be_there_at_start_up(tmp_path: Path) -> None:
+    from proxy.settings import check_files
+
+    kubeconfig = tmp_path / "eu-1"
+    kubeconfig.write_text("apiVersion: v1\n")
+    listed = load_settings({"GATEWAY_CLUSTERS": "/c"}, file_texts={"GATEWAY_CLUSTERS": f"""
+- {{name: eu-1, kubeconfig: {kubeconfig}, public_ca_file: {tmp_path / "missing.crt"}}}
+"""})
+    with pytest.raises(SettingsError, match="cluster 'eu-1': public_ca_file .*missing.crt is not a file"):
+        check_files(listed)
