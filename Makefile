@@ -49,8 +49,10 @@ $(CHROMIUM):
 keycloak-dist: $(STAMP)
 	$(BIN)/python -c "from devstack.keycloak import ensure_distribution; ensure_distribution()"
 
+# `make run CLUSTERS=2`: a second local control plane too, both served (README).
+CLUSTERS ?= 1
 run: $(STAMP) cluster-binaries
-	$(BIN)/tenant-gateway dev
+	$(BIN)/tenant-gateway dev --clusters $(CLUSTERS)
 
 lint: $(STAMP)
 	$(BIN)/mypy

@@ -27,6 +27,15 @@ listener on `audit_webhook_port` (devstack.auditing says what it records and
 the files it writes: `audit-policy.yaml`, `audit-webhook.kubeconfig`, and
 the audit CA and its two certificates under pki/); `audit_environment()` is
 the gateway's side.
+
+More than one cluster (a fleet, `tenant-gateway dev --clusters N` and the
+two-cluster tests): each further cluster is a control plane of its own, with
+its own state dir, ports, CA, ServiceAccount signing key and issuer (so a
+token one cluster minted is refused by the other), etcd, and the same deploy/
+manifests; it has no node (`with_node=False`: a second kubelet on one machine
+buys the tests nothing), so no scheduler either, and its pods stay Pending.
+Its audit webhook shares the first cluster's audit CA and port, so the
+gateway's one audit listener hears both (`audit_shared_with`).
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ GATEWAY_NAMESPACE = "tenant-gateway-system"
 GATEWAY_USER = f"system:serviceaccount:{GATEWAY_NAMESPACE}:tenant-gateway"
 GATEWAY_GROUPS = ("system:serviceaccounts", f"system:serviceaccounts:{GATEWAY_NAMESPACE}")
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+"""The first cluster's issuer, as in any cluster; a further cluster's names it (`fleet_issuer`)."""
 # Controllers the gateway's behaviour depends on; see the module docstring.
 CONTROLLERS = (
     "clusterrole-aggregation-controller",
@@ -142,6 +152,12 @@ _CLIENT_IDENTITIES = {
 
 
 
+def fleet_issuer(name: str) -> str:
+    """The ServiceAccount issuer of a further cluster called `name`: its own,
+    so its tokens' issuer (and default audience) is no other cluster's. Pure."""
+    return f"https://kubernetes.default.svc.{name}.fleet.local"
+
+
 def build_binaries() -> Path:
     """Build (first run on a machine) or find the cached binaries."""
     try:
@@ -200,7 +216,16 @@ class LocalCluster:
     """Where the API server sends its audit batches (devstack.auditing):
     the gateway's GATEWAY_AUDIT_LISTEN is 127.0.0.1 and this port."""
     node: LocalNode | None = None
+    with_node: bool = True
+    """False for a further cluster of a fleet: a control plane only (no kubelet, no scheduler)."""
+    service_account_issuer: str = SERVICE_ACCOUNT_ISSUER
+    audit_shared_with: "LocalCluster | None" = None
+    """Send the audit log where this (started) cluster's goes: one gateway,
+    one audit listener. Its audit CA and pairs are copied, its port taken."""
+    started_in: float = 0.0
+    """Seconds the last `start` took (the bench's cluster start time)."""
     _children: Children = field(init=False)
+    _apiserver_argv: list[str] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self._children = Children(self.state_dir / "logs")
@@ -244,35 +269,43 @@ class LocalCluster:
     # -- lifecycle ---------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> None:
+        began = time.monotonic()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pki_dir = self.state_dir / "pki"
         self.ensure_pki(pki_dir)
-        deadline = time.monotonic() + timeout
+        deadline = began + timeout
         try:
-            try:
-                parts = ensure_node_parts(CACHE)
-            except NodePartsError as error:
-                raise ClusterStartError(f"the local node's parts: {error}") from None
+            parts = None
+            if self.with_node:
+                try:
+                    parts = ensure_node_parts(CACHE)
+                except NodePartsError as error:
+                    raise ClusterStartError(f"the local node's parts: {error}") from None
             etcd_url = self._start_etcd()
             self._wait_for(lambda: self._http_ok(f"{etcd_url}/health"), "etcd", deadline)
             port = free_port()
             self.server = f"https://127.0.0.1:{port}"
-            self.audit_webhook_port = free_port()
+            shared = self.audit_shared_with
+            self.audit_webhook_port = shared.audit_webhook_port if shared is not None else free_port()
             self._write_kubeconfigs(pki_dir)
             self._start_apiserver(pki_dir, etcd_url, port)
             self._wait_for(self._apiserver_ready, "kube-apiserver", deadline)
             self._start_controller_manager(pki_dir)
-            self._start_scheduler()
+            if parts is not None:
+                self._start_scheduler()
             self._bootstrap_rbac()
-            self.node = self._node(pki_dir, parts)
-            self.node.start()
+            if parts is not None:
+                self.node = self._node(pki_dir, parts)
+                self.node.start()
             self._wait_for(self._controllers_working, "kube-controller-manager", deadline)
             self._wait_for(self._policies_enforced, "the gateway's confinement policy", deadline)
             self._wait_for_tenant_walls(deadline)
-            self._wait_for(self._node_ready, "the local node", deadline)
+            if parts is not None:
+                self._wait_for(self._node_ready, "the local node", deadline)
         except BaseException:
             self.stop()
             raise
+        self.started_in = time.monotonic() - began
 
     def stop(self) -> None:
         if self.node is not None:
@@ -296,7 +329,17 @@ class LocalCluster:
             # A state dir from before the gateway took its ServiceAccount's name.
             self._issue_gateway_cert(pki_dir)
         self._issue_missing_identities(pki_dir)  # a state dir from before the node
+        if self.audit_shared_with is not None:
+            self._copy_audit_pki(self.audit_shared_with.state_dir / "pki", pki_dir)
         auditing.ensure_audit_pki(pki_dir)  # and from before the audit webhook
+
+    @staticmethod
+    def _copy_audit_pki(source: Path, pki_dir: Path) -> None:
+        for stem in (auditing.AUDIT_CA, auditing.AUDIT_CLIENT, auditing.AUDIT_LISTENER):
+            for suffix in (".crt", ".key"):
+                target = pki_dir / f"{stem}{suffix}"
+                shutil.copyfile(source / f"{stem}{suffix}", target)
+                target.chmod(0o600 if suffix == ".key" else 0o644)
 
     def _write_pki(self, pki_dir: Path) -> None:
         tmp = pki_dir.with_name("pki.tmp")
@@ -368,8 +411,23 @@ class LocalCluster:
         ])
         return url
 
+    def pids(self) -> dict[str, int]:
+        """The control plane's processes (not the node's), by name: for the bench's memory figures."""
+        return self._children.pids()
+
+    def stop_apiserver(self) -> None:
+        """Take the API server away (connections refused), the rest running:
+        a cluster that is down, for the gateway's tests. Killed after a
+        second: asked to stop, it takes ten (it is a crash, not a drain)."""
+        self._children.stop("kube-apiserver", timeout=1.0)
+
+    def restart_apiserver(self, timeout: float = 60.0) -> None:
+        """Start the API server again, as before and on the same port; back when ready."""
+        self._children.spawn("kube-apiserver", self._apiserver_argv)
+        self._wait_for(self._apiserver_ready, "kube-apiserver", time.monotonic() + timeout)
+
     def _start_apiserver(self, pki_dir: Path, etcd_url: str, port: int) -> None:
-        self._children.spawn("kube-apiserver", [
+        self._apiserver_argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
             # Old revisions a write loop leaves in etcd live until compaction:
@@ -383,7 +441,7 @@ class LocalCluster:
             # Node: the kubelet sees only its own pods' objects, as in any real cluster.
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
-            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-issuer={self.service_account_issuer}",
             f"--service-account-key-file={pki_dir / 'sa.key'}",
             f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
             # 24 h: above the gateway's 2 h, so the requested lifetime is the one granted.
@@ -404,7 +462,8 @@ class LocalCluster:
             "--profiling=false",
             # The audit log, sent to the gateway's audit listener (devstack.auditing).
             *auditing.write_config(self.state_dir, pki_dir, self.audit_webhook_port),
-        ])
+        ]
+        self._children.spawn("kube-apiserver", self._apiserver_argv)
 
     def _start_controller_manager(self, pki_dir: Path) -> None:
         self._children.spawn("kube-controller-manager", [
@@ -529,5 +588,14 @@ class LocalCluster:
 
 def start_local_cluster(state_dir: Path) -> LocalCluster:
     cluster = LocalCluster(state_dir=state_dir, bin_dir=build_binaries())
+    cluster.start()
+    return cluster
+
+
+def start_further_cluster(state_dir: Path, name: str, first: LocalCluster) -> LocalCluster:
+    """Another control plane beside `first` (see the module docstring): no
+    node, an issuer of its own, its audit log sent where `first`'s goes."""
+    cluster = LocalCluster(state_dir=state_dir, bin_dir=first.bin_dir, with_node=False,
+                           service_account_issuer=fleet_issuer(name), audit_shared_with=first)
     cluster.start()
     return cluster

@@ -63,6 +63,10 @@ class Children:
             log.close()
             self._running.remove(entry)
 
+    def pids(self) -> dict[str, int]:
+        """Each running child's process id, by name."""
+        return {name: process.pid for name, process, _log in self._running if process.poll() is None}
+
     def check(self) -> None:
         """Raise with the end of its log if a child has exited."""
         for name, process, _log in self._running:

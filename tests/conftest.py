@@ -20,11 +20,12 @@ import asyncpg
 import pytest
 
 from devstack import pki
-from devstack.cluster import LocalCluster, start_local_cluster
+from devstack.cluster import LocalCluster, start_further_cluster, start_local_cluster
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import start_embedded_postgres
 from tests.support.databases import TEMPLATE_DB, new_database, with_database
 from tests.support.environment import SESSION_SECRET, gateway_environment
+from tests.support.fleet import ALPHA, BETA, clusters_file, fleet_environment
 from tests.support.pods import Tenant as PodTenant
 from tests.support.pods import new_tenant
 from tests.support.replicas import REPLICAS, gateway_process
@@ -40,6 +41,34 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield local
     finally:
         local.stop()
+
+
+@pytest.fixture(scope="session")
+def second_cluster(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A second control plane (devstack.fleet: no node, its own CA, key and
+    issuer, its audit log sent where the first's goes), started by the first
+    test that needs it (~7 s, ~410 MiB) and shared from then on: started
+    with the first, it would slow every ring that never uses it."""
+    local = start_further_cluster(tmp_path_factory.mktemp("cluster-beta"), BETA, cluster)
+    try:
+        yield local
+    finally:
+        local.stop_apiserver()  # a throwaway cluster: not worth its API server's ten-second drain
+        local.stop()
+
+
+@pytest.fixture
+def fleet_clusters(cluster: LocalCluster, second_cluster: LocalCluster, tmp_path: Path) -> Path:
+    """A GATEWAY_CLUSTERS file: alpha (the first cluster) and beta (the second), both shared."""
+    return clusters_file(tmp_path / "clusters.yaml", {ALPHA: cluster, BETA: second_cluster})
+
+
+@pytest.fixture
+def fleet_env(fleet_clusters: Path, database_url: str) -> dict[str, str]:
+    """The gateway's environment serving both clusters: a test module sets
+    `gateway_env = fleet_env`'s value (see tests/integration/test_many_clusters.py)
+    so its gateways and replicas serve the fleet."""
+    return fleet_environment(database_url, fleet_clusters)
 
 
 @pytest.fixture(scope="session")
@@ -170,6 +199,8 @@ def make_gateway(aiohttp_client: Any, gateway_env: dict[str, str],
         if clusters is not None:
             files["GATEWAY_CLUSTERS"] = yaml.safe_dump(clusters)
             merged.pop("GATEWAY_KUBECONFIG", None)
+        elif "GATEWAY_CLUSTERS" in merged:  # a file's path, as `serve` is given it (tests.support.fleet)
+            files["GATEWAY_CLUSTERS"] = Path(merged["GATEWAY_CLUSTERS"]).read_text()
         settings = load_settings(merged, file_texts=files)
         app = create_app(settings, database_dsn=merged["GATEWAY_DATABASE_URL"], kube=kube, upstream=upstream,
                          clock=clock or time.monotonic, express=express_lane if express is None else express)

@@ -10,7 +10,10 @@ import os
 import secrets
 import ssl
 import sys
-from typing import Callable, NoReturn, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
+
+import yaml
 
 from provisioning import revocation
 from provisioning.clusters import ClusterSettings
@@ -28,6 +31,9 @@ from proxy.auth import passwords
 from proxy.http.logs import configure_logging
 from proxy.server.serving import serve
 from proxy.settings import HostPort, Settings, SettingsError, StartupError, settings_from_environment, variable_name
+
+if TYPE_CHECKING:
+    from devstack.cluster import LocalCluster
 
 log = logging.getLogger("tenant_gateway")
 
@@ -337,16 +343,21 @@ def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _dev(settings: Settings, args: argparse.Namespace) -> int:
-    from devstack.cluster import start_local_cluster
+    from devstack.cluster import LocalCluster, start_local_cluster
     from devstack.nodeparts import LOCAL_IMAGES
     from provisioning.tiers import with_cluster_images
 
-    cluster = start_local_cluster(settings.data_dir.resolve() / "cluster")
+    data_dir = settings.data_dir.resolve()
+    cluster = start_local_cluster(data_dir / "cluster")
+    further: list[LocalCluster] = []
     try:
+        if args.clusters > 1:
+            further, settings = _dev_fleet(settings, data_dir, cluster, args.clusters)
+        else:
+            settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig)
         # The node's own images (no registry serves them) run from its cache.
         images = (*settings.shared_images, LOCAL_IMAGES)
-        settings = dataclasses.replace(settings, kubeconfig=cluster.gateway_kubeconfig, shared_images=images,
-                                       tiers=with_cluster_images(settings.tiers, images))
+        settings = dataclasses.replace(settings, shared_images=images, tiers=with_cluster_images(settings.tiers, images))
         if settings.audit_listen is None:
             # The cluster's audit webhook points at a port of its own: the gateway listens there.
             cert, key = cluster.audit_listener_pair
@@ -376,7 +387,40 @@ def _dev(settings: Settings, args: argparse.Namespace) -> int:
               flush=True)
         return cmd_serve(settings, args)
     finally:
+        for other in reversed(further):
+            other.stop()
         cluster.stop()
+
+
+def _dev_fleet(settings: Settings, data_dir: Path, first: LocalCluster,
+               count: int) -> tuple[list[LocalCluster], Settings]:
+    """`dev --clusters N`: N-1 control planes beside the first (no node: their
+    pods stay Pending), each under data_dir/cluster-<i>, and the
+    GATEWAY_CLUSTERS file naming them all (data_dir/clusters.yaml), which the
+    gateway is given."""
+    from devstack.fleet import FIRST_CLUSTER, Member, further_name, start_further_clusters, write_clusters_file
+    from provisioning.clusters import parse_clusters
+
+    names = [further_name(index) for index in range(2, count + 1)]
+    print(f"starting {len(names)} more control plane(s): {', '.join(names)}...", flush=True)
+    further = start_further_clusters(data_dir, first, names)
+    labels = {"environment": "dev"}
+    members = [Member.of(FIRST_CLUSTER, first, labels=labels),
+               *(Member.of(name, other, labels=labels) for name, other in zip(names, further))]
+    path = write_clusters_file(data_dir / "clusters.yaml", members)
+    for name, other in zip(names, further):
+        print(f"cluster {name}: {other.server}, started in {other.started_in:.1f} s, "
+              f"admin kubeconfig {other.admin_kubeconfig}", flush=True)
+    print(f"GATEWAY_CLUSTERS file: {path}", flush=True)
+    listed = parse_clusters(yaml.safe_load(path.read_text()))
+    return further, dataclasses.replace(settings, kubeconfig=None, listed_clusters=listed)
+
+
+def _cluster_count(text: str) -> int:
+    """1 to 5: each further control plane holds about 400 MiB."""
+    if not text.isdigit() or not 1 <= int(text) <= 5:
+        raise argparse.ArgumentTypeError("a whole number from 1 to 5")
+    return int(text)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -390,6 +434,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "dev":
             cmd.add_argument("--with-keycloak", action="store_true",
                              help="also start a local Keycloak with two organisations and sign in through it")
+            cmd.add_argument("--clusters", type=_cluster_count, default=1, metavar="N",
+                             help="start N local clusters (1 to 5): the first with its node, the others control "
+                                  "planes only, all served by the gateway (GATEWAY_CLUSTERS written under the data dir)")
     for name, help_text in (("login", "sign in from the command line (device sign-in)"),
                             ("credential", "print a kubectl ExecCredential (kubectl's exec plugin)"),
                             ("logout", "end the stored command-line session and forget it")):
