@@ -90,6 +90,11 @@ def subnets_in_use() -> set[str]:
     return {record.subnet for _path, record in _records() if record.owner_alive()}
 
 
+def live_nodes() -> list[NodeRecord]:
+    """Nodes on this host whose owner process still runs."""
+    return [record for _path, record in _records() if record.owner_alive()]
+
+
 def _records() -> list[tuple[Path, NodeRecord]]:
     found = []
     for path in sorted(REGISTRY.glob("*.json")):
@@ -130,7 +135,7 @@ def claim_kube_proxy(record: NodeRecord) -> NodeRecord | None:
     if any(path != mine and other.kube_proxy_chains is not None and other.owner_alive()
            for path, other in _records()):
         return None
-    updated = replace(record, kube_proxy_chains={tool: parse_chains(_iptables_save(tool)) for tool in IPTABLES})
+    updated = replace(record, kube_proxy_chains={tool: parse_chains(iptables_save(tool)) for tool in IPTABLES})
     mine.write_text(json.dumps(asdict(updated)))
     return updated
 
@@ -145,7 +150,10 @@ def release(record: NodeRecord) -> None:
     sweep(record)
     remove_tree(_run_dir(record))
     _record_path(record).unlink(missing_ok=True)
-    if not any(other.owner_alive() for _path, other in _records()):
+    if not live_nodes():
+        # The last node: no other is making a netns or socket this moment,
+        # so the orphans of its last pods go now, whatever their age.
+        sweep_orphans(Path(record.node_dir), min_age=0)
         restore_sysctls()
 
 
@@ -194,13 +202,14 @@ def sweep(record: NodeRecord) -> None:
     sweep_orphans(Path(record.node_dir))
 
 
-def sweep_orphans(node_dir: Path) -> None:
-    """Shared places whose entries name no owner: drop what no live process uses."""
-    _remove_orphan_netns()
+def sweep_orphans(node_dir: Path, min_age: float = _ORPHAN_AGE_SECONDS) -> None:
+    """Shared places whose entries name no owner: drop what no live process
+    uses and is older than `min_age` seconds."""
+    _remove_orphan_netns(min_age)
     listening = _listening_unix_sockets()
     for folder in _SHARED_SOCKET_DIRS:
         for entry in folder.glob("*"):
-            if entry.is_socket() and str(entry) not in listening and _old(entry):
+            if entry.is_socket() and str(entry) not in listening and _old(entry, min_age):
                 entry.unlink(missing_ok=True)
     for link in _CONTAINER_LOG_LINKS.glob("*.log"):
         if link.is_symlink() and (not link.exists() or str(link.resolve()).startswith(str(node_dir) + "/")):
@@ -211,9 +220,9 @@ def sweep_orphans(node_dir: Path) -> None:
         _remove_if_empty(folder)
 
 
-def _old(path: Path) -> bool:
+def _old(path: Path, min_age: float) -> bool:
     try:
-        return time.time() - path.lstat().st_mtime > _ORPHAN_AGE_SECONDS
+        return time.time() - path.lstat().st_mtime >= min_age
     except OSError:
         return False
 
@@ -317,7 +326,7 @@ def _unmount_below(folder: Path) -> None:
         subprocess.run(["umount", "--lazy", point], capture_output=True)
 
 
-def _remove_orphan_netns() -> None:
+def _remove_orphan_netns(min_age: float) -> None:
     """A pod's network namespace is a bind mount named cni-<uuid>; one that no
     process is in belongs to a pod that is gone (every live pod holds its
     sandbox process in it), unless it was made a moment ago for a pod that
@@ -330,17 +339,43 @@ def _remove_orphan_netns() -> None:
             except OSError:
                 continue
     mounted = set(_mount_points())
+    orphans = []
     for folder in _NETNS_DIRS:
         for namespace in folder.glob("cni-*"):
             try:
                 inode = os.stat(namespace).st_ino
             except OSError:
                 continue
-            if inode in live or not _old(namespace):
-                continue
-            if str(namespace) in mounted:
-                subprocess.run(["umount", "--lazy", str(namespace)], capture_output=True)
-            namespace.unlink(missing_ok=True)
+            if inode not in live and _old(namespace, min_age):
+                orphans.append(namespace)
+    if not orphans:
+        return
+    veths = _veths_into({namespace.name for namespace in orphans})  # named only while the netns is
+    for namespace in orphans:
+        if str(namespace) in mounted:
+            subprocess.run(["umount", "--lazy", str(namespace)], capture_output=True)
+        namespace.unlink(missing_ok=True)
+    # The kernel frees a namespace, and the pod's veth pair with it, a moment
+    # after its last reference goes: teardown ends when they are gone.
+    deadline = time.monotonic() + 5
+    while veths & _links() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _veths_into(namespaces: set[str]) -> set[str]:
+    """Host ends of veth pairs whose other end is in one of `namespaces`."""
+    listed = subprocess.run(["ip", "-d", "-o", "link", "show", "type", "veth"], capture_output=True, text=True).stdout
+    names = set()
+    for line in listed.splitlines():
+        words = line.split()
+        if "link-netns" in words and words[words.index("link-netns") + 1] in namespaces:
+            names.add(words[1].rstrip(":").split("@")[0])
+    return names
+
+
+def _links() -> set[str]:
+    listed = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in listed.splitlines() if ":" in line}
 
 
 def _listening_unix_sockets() -> set[str]:
@@ -361,7 +396,7 @@ def remove_tree(folder: Path) -> None:
 # -- iptables ------------------------------------------------------------
 
 
-def _iptables_save(tool: str) -> str:
+def iptables_save(tool: str) -> str:
     """The tool's rules, or nothing if it is not installed or its family is off."""
     binary = shutil.which(f"{tool}-save", path=_SBIN_PATH)
     if binary is None:
@@ -425,7 +460,7 @@ def undo_script(before: dict[str, list[str]], saved_now: str) -> str:
 def remove_new_kube_chains(before_by_tool: dict[str, dict[str, list[str]]]) -> None:
     """Put iptables back as recorded (devstack.services' kube-proxy)."""
     for tool, before in before_by_tool.items():
-        script = undo_script(before, _iptables_save(tool))
+        script = undo_script(before, iptables_save(tool))
         binary = shutil.which(f"{tool}-restore", path=_SBIN_PATH)
         if script and binary is not None:
             subprocess.run([binary, "--noflush"], input=script, capture_output=True, text=True, timeout=30)
@@ -434,14 +469,13 @@ def remove_new_kube_chains(before_by_tool: dict[str, dict[str, list[str]]]) -> N
 def host_snapshot() -> dict[str, Any]:
     """What a node may change on the host, as comparable values: the
     sysctls, iptables' chains and rules, network links and cgroup roots."""
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     # Chains' packet counters left out: they change with any traffic.
     rules = {tool: sorted(line.rsplit(" [", 1)[0] if line.startswith(":") else line
-                          for line in _iptables_save(tool).splitlines() if line and line[0] in "*:-")
+                          for line in iptables_save(tool).splitlines() if line and line[0] in "*:-")
              for tool in IPTABLES}
     return {
         "sysctls": {name: _sysctl(name) for name in SYSCTLS},
         "iptables": rules,
-        "links": sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line),
+        "links": sorted(_links()),
         "cgroups": sorted(str(path.name) for hierarchy in _hierarchies() for path in hierarchy.glob("tenant-gateway-*")),
     }
