@@ -5,8 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
+IPTABLES := /usr/sbin/iptables
 
-.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries helm-binary image keycloak-dist manifests clean
+.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries service-binaries helm-binary image keycloak-dist manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +19,18 @@ $(STAMP): pyproject.toml
 # (~10-15 min on 2 cores); later runs find it in ~/.cache/tenant-gateway.
 cluster-binaries:
 	bash deploy/local-cluster/build.sh >/dev/null
+
+# kube-proxy and CoreDNS, so the local cluster runs Services (devstack/services.py),
+# built the same way and cached beside them; `make test` builds them in the
+# background like helm.
+service-binaries:
+	bash deploy/local-cluster/build-services.sh >/dev/null
+
+# kube-proxy programs Services with Debian's iptables. Installed only when missing.
+$(IPTABLES):
+	@command -v apt-get >/dev/null || { echo "the local cluster's kube-proxy needs iptables at $(IPTABLES); install it"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null; }
 
 # Helm 3 for the chart's tests (tests/component/test_helm_chart.py, and in the
 # cluster ring test_helm_chart_install.py and test_team_tools.py), built the
@@ -51,7 +64,7 @@ keycloak-dist: $(STAMP)
 
 # `make run CLUSTERS=2`: a second local control plane too, both served (README).
 CLUSTERS ?= 1
-run: $(STAMP) cluster-binaries
+run: $(STAMP) cluster-binaries service-binaries $(IPTABLES)
 	$(BIN)/tenant-gateway dev --clusters $(CLUSTERS)
 
 lint: $(STAMP)
@@ -62,15 +75,21 @@ lint: $(STAMP)
 # an inner ring stops the run before the slow ones start, and explains any
 # failure they would have shown. The cluster ring starts the control plane,
 # node, PostgreSQL, Keycloak and Chromium once and shares them (browser tests last).
-# helm (for the component and cluster rings) and the image (for the cluster
-# ring) build meanwhile on a fresh machine: see helm-binary and image.
+# helm (for the component and cluster rings), then kube-proxy and CoreDNS
+# (after helm, not beside it: two Go links at once need too much memory
+# beside the rings), and the image (for the cluster ring) build meanwhile on
+# a fresh machine: see helm-binary, service-binaries and image. The component
+# ring starts once helm is built (.gateway/helm.built), not the whole chain.
 test: $(STAMP)
-	@mkdir -p .gateway
-	@bash deploy/local-cluster/build-helm.sh >/dev/null 2>.gateway/helm-build.log & helm=$$!; \
+	@mkdir -p .gateway; rm -f .gateway/helm.built
+	@{ bash deploy/local-cluster/build-helm.sh >/dev/null 2>.gateway/helm-build.log && touch .gateway/helm.built && \
+	   bash deploy/local-cluster/build-services.sh >/dev/null 2>.gateway/services-build.log; } & builds=$$!; \
 	  $(PYTHON) -m devstack.image >/dev/null 2>.gateway/image-build.log & image=$$!; \
 	  $(MAKE) --no-print-directory test-pure || exit 1; \
-	  wait $$helm || { cat .gateway/helm-build.log >&2; exit 1; }; \
+	  while [ ! -e .gateway/helm.built ] && kill -0 $$builds 2>/dev/null; do sleep 1; done; \
+	  [ -e .gateway/helm.built ] || { cat .gateway/helm-build.log >&2; exit 1; }; \
 	  $(MAKE) --no-print-directory test-component || exit 1; \
+	  wait $$builds || { cat .gateway/services-build.log >&2; exit 1; }; \
 	  wait $$image || { cat .gateway/image-build.log >&2; exit 1; }; \
 	  $(MAKE) --no-print-directory test-cluster
 
@@ -80,10 +99,10 @@ test-pure: lint
 test-component: $(STAMP) helm-binary
 	$(BIN)/pytest -p no:cacheprovider tests/component
 
-test-cluster: $(STAMP) cluster-binaries helm-binary image keycloak-dist $(CHROMIUM)
+test-cluster: $(STAMP) cluster-binaries service-binaries helm-binary image keycloak-dist $(CHROMIUM) $(IPTABLES)
 	$(BIN)/pytest -p no:cacheprovider tests/integration tests/attacks tests/browser
 
-bench: $(STAMP) cluster-binaries keycloak-dist
+bench: $(STAMP) cluster-binaries service-binaries keycloak-dist $(IPTABLES)
 	$(BIN)/python -m bench
 
 # deploy/kubernetes from the Helm chart (devstack/chart.py): run after editing

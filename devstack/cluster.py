@@ -36,6 +36,12 @@ manifests; it has no node (`with_node=False`: a second kubelet on one machine
 buys the tests nothing), so no scheduler either, and its pods stay Pending.
 Its audit webhook shares the first cluster's audit CA and port, so the
 gateway's one audit listener hears both (`audit_shared_with`).
+
+Services are real (devstack.services): the API server listens on every
+address and advertises the node's, so the `kubernetes` Service has an
+endpoint pods reach; kube-proxy runs with the node and CoreDNS beside the
+control plane, and the endpoint slice controller gives Services in front of
+pods their endpoints.
 """
 
 from __future__ import annotations
@@ -56,10 +62,11 @@ from typing import Callable
 
 import yaml
 
-from devstack import auditing, pki
+from devstack import auditing, pki, services
 from devstack.node import NODE_NAME, LocalNode, node_address
 from devstack.nodeparts import NodeParts, NodePartsError, ensure_node_parts
 from devstack.processes import Children, ClusterStartError, free_port, wait_for
+from devstack.services import build_service_binaries
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "local-cluster" / "build.sh"
@@ -90,6 +97,9 @@ CONTROLLERS = (
     "replicaset-controller",
     # Keeps a ControllerRevision per template change, which tiers count.
     "statefulset-controller",
+    # Services' endpoints, which kube-proxy and CoreDNS follow.
+    "endpointslice-controller",
+    "endpoints-controller",
 )
 CACHE = Path(os.environ.get("TENANT_GATEWAY_CACHE")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tenant-gateway")
@@ -148,6 +158,8 @@ _CLIENT_IDENTITIES = {
     "kubelet-client": (KUBELET_CLIENT, ()),
     "scheduler": ("system:kube-scheduler", ()),
     "node": (f"system:node:{NODE_NAME}", ("system:nodes",)),
+    "kube-proxy": (services.KUBE_PROXY_USER, ()),
+    "coredns": (services.COREDNS_USER, ()),
 }
 
 
@@ -211,6 +223,8 @@ class LocalCluster:
 
     state_dir: Path
     bin_dir: Path
+    services_dir: Path | None = None
+    """kube-proxy and coredns (devstack.services); without them the cluster runs no Services."""
     server: str = ""
     audit_webhook_port: int = 0
     """Where the API server sends its audit batches (devstack.auditing):
@@ -281,6 +295,9 @@ class LocalCluster:
                     parts = ensure_node_parts(CACHE)
                 except NodePartsError as error:
                     raise ClusterStartError(f"the local node's parts: {error}") from None
+            address = node_address()
+            # Issued at every start: the node's address may have changed.
+            self._issue_apiserver_cert(pki_dir, address)
             etcd_url = self._start_etcd()
             self._wait_for(lambda: self._http_ok(f"{etcd_url}/health"), "etcd", deadline)
             port = free_port()
@@ -288,15 +305,18 @@ class LocalCluster:
             shared = self.audit_shared_with
             self.audit_webhook_port = shared.audit_webhook_port if shared is not None else free_port()
             self._write_kubeconfigs(pki_dir)
-            self._start_apiserver(pki_dir, etcd_url, port)
+            self._start_apiserver(pki_dir, etcd_url, port, address)
             self._wait_for(self._apiserver_ready, "kube-apiserver", deadline)
             self._start_controller_manager(pki_dir)
             if parts is not None:
                 self._start_scheduler()
             self._bootstrap_rbac()
             if parts is not None:
-                self.node = self._node(pki_dir, parts)
+                dns_ready = self._start_coredns(address) if self.services_dir is not None else None
+                self.node = self._node(pki_dir, parts, address)
                 self.node.start()
+                if dns_ready is not None:
+                    self._wait_for(lambda: self._http_ok(dns_ready), "CoreDNS", deadline)
             self._wait_for(self._controllers_working, "kube-controller-manager", deadline)
             self._wait_for(self._policies_enforced, "the gateway's confinement policy", deadline)
             self._wait_for_tenant_walls(deadline)
@@ -348,14 +368,18 @@ class LocalCluster:
         ca, ca_key = pki.make_ca()
         ca.write(tmp, "ca")
         (tmp / "ca.key").write_bytes(ca.key_pem)
-        pki.issue(ca, ca_key, common_name="kube-apiserver",
-                  server_hosts=("127.0.0.1", "localhost", "kubernetes.default.svc")).write(tmp, "apiserver")
         self._issue_gateway_cert(tmp)
         self._issue_missing_identities(tmp)
         sa_key = tmp / "sa.key"
         sa_key.write_bytes(pki.make_service_account_signing_key())
         sa_key.chmod(0o600)
         tmp.rename(pki_dir)  # all or nothing: a crash mid-way leaves no half PKI
+
+    @staticmethod
+    def _issue_apiserver_cert(pki_dir: Path, address: str) -> None:
+        ca, ca_key = pki.load_ca(pki_dir)
+        pki.issue(ca, ca_key, common_name="kube-apiserver",
+                  server_hosts=services.apiserver_hosts(address)).write(pki_dir, "apiserver")
 
     @staticmethod
     def _issue_gateway_cert(pki_dir: Path) -> None:
@@ -385,14 +409,28 @@ class LocalCluster:
         ca, ca_key = pki.load_ca(self.state_dir / "pki")
         return pki.issue(ca, ca_key, common_name=hosts[0], server_hosts=hosts).write(self.state_dir / "pki", stem)
 
-    def _node(self, pki_dir: Path, parts: NodeParts) -> LocalNode:
-        address = node_address()
+    def _node(self, pki_dir: Path, parts: NodeParts, address: str) -> LocalNode:
         ca, ca_key = pki.load_ca(pki_dir)
         # Issued at every start: the node's address may have changed.
         serving = pki.issue(ca, ca_key, common_name=NODE_NAME, server_hosts=(address, NODE_NAME)).write(
             pki_dir, "kubelet-serving")
+        kube_proxy = None
+        if self.services_dir is not None:
+            kube_proxy = (self.services_dir / "kube-proxy", self._kubeconfig_for("kube-proxy"))
         return LocalNode(self.state_dir / "node", self.bin_dir / "kubelet", parts, self._kubeconfig_for("node"),
-                         self.ca_file, serving, address)
+                         self.ca_file, serving, address, kube_proxy)
+
+    def _start_coredns(self, address: str) -> str:
+        """CoreDNS on the node's address behind the kube-dns Service; returns its readiness URL."""
+        assert self.services_dir is not None
+        port, ready_port = free_port(), free_port()
+        corefile = self.state_dir / "Corefile"
+        corefile.write_text(services.corefile(address=address, port=port, ready_port=ready_port,
+                                              kubeconfig=self._kubeconfig_for("coredns")))
+        self.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", "-",
+                         input=services.dns_manifests(address, port))
+        self._children.spawn("coredns", [str(self.services_dir / "coredns"), "-conf", str(corefile)])
+        return f"http://127.0.0.1:{ready_port}/ready"
 
     def _start_etcd(self) -> str:
         client, peer = free_port(), free_port()
@@ -426,7 +464,7 @@ class LocalCluster:
         self._children.spawn("kube-apiserver", self._apiserver_argv)
         self._wait_for(self._apiserver_ready, "kube-apiserver", time.monotonic() + timeout)
 
-    def _start_apiserver(self, pki_dir: Path, etcd_url: str, port: int) -> None:
+    def _start_apiserver(self, pki_dir: Path, etcd_url: str, port: int, address: str) -> None:
         self._apiserver_argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers={etcd_url}",
@@ -435,7 +473,10 @@ class LocalCluster:
             # beside their budgets (README, "How fast a tenant can write").
             "--etcd-compaction-interval=1m",
             *concurrency_limits(os.cpu_count() or 1),
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            # Every address, so pods reach it at the node's address, which it
+            # advertises: the `kubernetes` Service's endpoint (a loopback one is
+            # refused). Callers on the host keep using 127.0.0.1.
+            "--bind-address=0.0.0.0", f"--advertise-address={address}", f"--secure-port={port}",
             f"--tls-cert-file={pki_dir / 'apiserver.crt'}", f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
             f"--client-ca-file={pki_dir / 'ca.crt'}",
             # Node: the kubelet sees only its own pods' objects, as in any real cluster.
@@ -446,12 +487,10 @@ class LocalCluster:
             f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
             # 24 h: above the gateway's 2 h, so the requested lifetime is the one granted.
             "--service-account-max-token-expiration=24h",
-            "--service-cluster-ip-range=10.96.0.0/24",
+            f"--service-cluster-ip-range={services.SERVICE_CIDR}",
             # As kubeadm and managed clusters run it, so Pod Security admission
             # (not this flag) is what keeps tenants' privileged pods out.
             "--allow-privileged=true",
-            # The lease reconciler would publish 127.0.0.1 as an endpoint, which validation rejects.
-            "--endpoint-reconciler-type=none",
             # Reaching pods (exec, logs, port-forward): dial the node's address,
             # prove who we are, and verify the kubelet. Set from the first start:
             # restarting an API server with open watches takes up to a minute.
@@ -587,7 +626,7 @@ class LocalCluster:
 
 
 def start_local_cluster(state_dir: Path) -> LocalCluster:
-    cluster = LocalCluster(state_dir=state_dir, bin_dir=build_binaries())
+    cluster = LocalCluster(state_dir=state_dir, bin_dir=build_binaries(), services_dir=build_service_binaries())
     cluster.start()
     return cluster
 

@@ -6,8 +6,12 @@ mounts under its directory and its short run folder in /run/tenant-gateway
 (overlay rootfs, shm, projected volumes), network
 namespaces under /run/netns, shim processes and their sockets under
 /run/containerd/s, CNI result files, /var/log/containers links, the kubelet's
-device-plugin socket, and a few sysctls (the bridge plugin turns on
-ip_forward; the kubelet sets its kernel tunables). Each running node is
+device-plugin socket, a few sysctls (the bridge plugin turns on
+ip_forward; the kubelet sets its kernel tunables; kube-proxy is told to leave
+conntrack and route_localnet alone, and they are saved in case), and, on
+the node that runs kube-proxy, iptables chains: the KUBE- chains that were
+not there when it started are removed with every rule that jumps to them.
+Each running node is
 recorded in /run/tenant-gateway/nodes (gone at reboot, like everything it
 describes); a record whose owner process is dead is swept before a new node
 starts. Sysctls are saved before the first node and restored after the last.
@@ -17,21 +21,30 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 REGISTRY = Path("/run/tenant-gateway/nodes")
 _SYSCTLS_SAVED = REGISTRY.parent / "sysctls.json"
 CGROUP_FS = Path("/sys/fs/cgroup")
-# ip_forward: the CNI bridge plugin; the rest: the kubelet's kernel tunables.
+# ip_forward: the CNI bridge plugin; then the kubelet's kernel tunables; then
+# what kube-proxy sets unless told not to (devstack.services tells it).
 SYSCTLS = (
     "net/ipv4/ip_forward", "vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic",
     "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
+    "net/ipv4/conf/all/route_localnet", "net/netfilter/nf_conntrack_max",
+    "net/netfilter/nf_conntrack_tcp_timeout_established", "net/netfilter/nf_conntrack_tcp_timeout_close_wait",
 )
+IPTABLES = ("iptables", "ip6tables")
+# kube-proxy's chains, and the kubelet's canaries, all start so.
+_KUBE_CHAIN_PREFIX = "KUBE-"
+_SBIN_PATH = "/usr/sbin:/sbin:/usr/bin:/bin"
 _SHARED_SOCKET_DIRS = (Path("/run/containerd/s"), Path("/var/lib/kubelet/device-plugins"))
 _NETNS_DIRS = (Path("/run/netns"), Path("/var/run/netns"))
 _CNI_RESULTS = Path("/var/lib/cni/results")
@@ -50,6 +63,9 @@ class NodeRecord:
     subnet: str
     owner_pid: int
     owner_start: str
+    kube_proxy_chains: dict[str, dict[str, list[str]]] | None = None
+    """On the node that runs kube-proxy: per tool (iptables, ip6tables),
+    the chains of each table before it started."""
 
     def owner_alive(self) -> bool:
         return _process_start(self.owner_pid) == self.owner_start
@@ -72,6 +88,11 @@ def record_for(node_dir: Path, cgroup_root: str, bridge: str, network: str, sock
 def subnets_in_use() -> set[str]:
     """Pod subnets of live nodes: a bridge (and its route) exists only once a pod runs."""
     return {record.subnet for _path, record in _records() if record.owner_alive()}
+
+
+def live_nodes() -> list[NodeRecord]:
+    """Nodes on this host whose owner process still runs."""
+    return [record for _path, record in _records() if record.owner_alive()]
 
 
 def _records() -> list[tuple[Path, NodeRecord]]:
@@ -106,6 +127,19 @@ def claim(record: NodeRecord) -> None:
     _record_path(record).write_text(json.dumps(asdict(record)))
 
 
+def claim_kube_proxy(record: NodeRecord) -> NodeRecord | None:
+    """Make this node the host's kube-proxy node, recording the iptables
+    chains as they are now; None if a live node already is (its chains have
+    fixed names: two kube-proxies would rewrite each other's)."""
+    mine = _record_path(record)
+    if any(path != mine and other.kube_proxy_chains is not None and other.owner_alive()
+           for path, other in _records()):
+        return None
+    updated = replace(record, kube_proxy_chains={tool: parse_chains(iptables_save(tool)) for tool in IPTABLES})
+    mine.write_text(json.dumps(asdict(updated)))
+    return updated
+
+
 def _run_dir(record: NodeRecord) -> Path:
     """The node's short folder for sockets and the kubelet (devstack.node)."""
     return Path(record.containerd_socket).parent
@@ -116,12 +150,18 @@ def release(record: NodeRecord) -> None:
     sweep(record)
     remove_tree(_run_dir(record))
     _record_path(record).unlink(missing_ok=True)
-    if not any(other.owner_alive() for _path, other in _records()):
+    if not live_nodes():
+        # The last node: no other is making a netns or socket this moment,
+        # so the orphans of its last pods go now, whatever their age.
+        sweep_orphans(Path(record.node_dir), min_age=0)
         restore_sysctls()
 
 
-def _sysctl(name: str) -> str:
-    return (Path("/proc/sys") / name).read_text().strip()
+def _sysctl(name: str) -> str | None:
+    try:
+        return (Path("/proc/sys") / name).read_text().strip()
+    except OSError:
+        return None  # a kernel without it: nothing to save or restore
 
 
 def restore_sysctls() -> None:
@@ -131,7 +171,7 @@ def restore_sysctls() -> None:
         return
     for name, value in saved.items():
         try:
-            if _sysctl(name) != value:
+            if value is not None and _sysctl(name) != value:
                 (Path("/proc/sys") / name).write_text(value)
         except OSError:
             pass
@@ -157,16 +197,19 @@ def sweep(record: NodeRecord) -> None:
     for result in _CNI_RESULTS.glob("*"):
         if result.name.startswith(f"{record.network}-") or any(f"-{sandbox}-" in result.name for sandbox in sandboxes):
             result.unlink(missing_ok=True)
+    if record.kube_proxy_chains is not None:
+        remove_new_kube_chains(record.kube_proxy_chains)
     sweep_orphans(Path(record.node_dir))
 
 
-def sweep_orphans(node_dir: Path) -> None:
-    """Shared places whose entries name no owner: drop what no live process uses."""
-    _remove_orphan_netns()
+def sweep_orphans(node_dir: Path, min_age: float = _ORPHAN_AGE_SECONDS) -> None:
+    """Shared places whose entries name no owner: drop what no live process
+    uses and is older than `min_age` seconds."""
+    _remove_orphan_netns(min_age)
     listening = _listening_unix_sockets()
     for folder in _SHARED_SOCKET_DIRS:
         for entry in folder.glob("*"):
-            if entry.is_socket() and str(entry) not in listening and _old(entry):
+            if entry.is_socket() and str(entry) not in listening and _old(entry, min_age):
                 entry.unlink(missing_ok=True)
     for link in _CONTAINER_LOG_LINKS.glob("*.log"):
         if link.is_symlink() and (not link.exists() or str(link.resolve()).startswith(str(node_dir) + "/")):
@@ -177,9 +220,9 @@ def sweep_orphans(node_dir: Path) -> None:
         _remove_if_empty(folder)
 
 
-def _old(path: Path) -> bool:
+def _old(path: Path, min_age: float) -> bool:
     try:
-        return time.time() - path.lstat().st_mtime > _ORPHAN_AGE_SECONDS
+        return time.time() - path.lstat().st_mtime >= min_age
     except OSError:
         return False
 
@@ -283,7 +326,7 @@ def _unmount_below(folder: Path) -> None:
         subprocess.run(["umount", "--lazy", point], capture_output=True)
 
 
-def _remove_orphan_netns() -> None:
+def _remove_orphan_netns(min_age: float) -> None:
     """A pod's network namespace is a bind mount named cni-<uuid>; one that no
     process is in belongs to a pod that is gone (every live pod holds its
     sandbox process in it), unless it was made a moment ago for a pod that
@@ -296,17 +339,43 @@ def _remove_orphan_netns() -> None:
             except OSError:
                 continue
     mounted = set(_mount_points())
+    orphans = []
     for folder in _NETNS_DIRS:
         for namespace in folder.glob("cni-*"):
             try:
                 inode = os.stat(namespace).st_ino
             except OSError:
                 continue
-            if inode in live or not _old(namespace):
-                continue
-            if str(namespace) in mounted:
-                subprocess.run(["umount", "--lazy", str(namespace)], capture_output=True)
-            namespace.unlink(missing_ok=True)
+            if inode not in live and _old(namespace, min_age):
+                orphans.append(namespace)
+    if not orphans:
+        return
+    veths = _veths_into({namespace.name for namespace in orphans})  # named only while the netns is
+    for namespace in orphans:
+        if str(namespace) in mounted:
+            subprocess.run(["umount", "--lazy", str(namespace)], capture_output=True)
+        namespace.unlink(missing_ok=True)
+    # The kernel frees a namespace, and the pod's veth pair with it, a moment
+    # after its last reference goes: teardown ends when they are gone.
+    deadline = time.monotonic() + 5
+    while veths & _links() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _veths_into(namespaces: set[str]) -> set[str]:
+    """Host ends of veth pairs whose other end is in one of `namespaces`."""
+    listed = subprocess.run(["ip", "-d", "-o", "link", "show", "type", "veth"], capture_output=True, text=True).stdout
+    names = set()
+    for line in listed.splitlines():
+        words = line.split()
+        if "link-netns" in words and words[words.index("link-netns") + 1] in namespaces:
+            names.add(words[1].rstrip(":").split("@")[0])
+    return names
+
+
+def _links() -> set[str]:
+    listed = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in listed.splitlines() if ":" in line}
 
 
 def _listening_unix_sockets() -> set[str]:
@@ -322,3 +391,91 @@ def remove_tree(folder: Path) -> None:
     """A node directory, once nothing is mounted below it."""
     _unmount_below(folder)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+# -- iptables ------------------------------------------------------------
+
+
+def iptables_save(tool: str) -> str:
+    """The tool's rules, or nothing if it is not installed or its family is off."""
+    binary = shutil.which(f"{tool}-save", path=_SBIN_PATH)
+    if binary is None:
+        return ""
+    try:
+        return subprocess.run([binary], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def parse_chains(saved: str) -> dict[str, list[str]]:
+    """Table -> chain names, from iptables-save's output. Pure."""
+    chains: dict[str, list[str]] = {}
+    table = None
+    for line in saved.splitlines():
+        if line.startswith("*"):
+            table = line[1:].strip()
+            chains[table] = []
+        elif line.startswith(":") and table is not None:
+            chains[table].append(line[1:].split()[0])
+    return chains
+
+
+def _jump_target(rule: str) -> str | None:
+    try:
+        words = shlex.split(rule)
+    except ValueError:
+        return None
+    for flag, target in zip(words, words[1:]):
+        if flag in ("-j", "--jump", "-g", "--goto"):
+            return target
+    return None
+
+
+def undo_script(before: dict[str, list[str]], saved_now: str) -> str:
+    """An `iptables-restore --noflush` script removing the KUBE- chains that
+    `saved_now` has and `before` had not, and every other chain's rules that
+    jump to them; empty when there are none. Pure."""
+    script: list[str] = []
+    table: str | None = None
+    new: list[str] = []
+    deletes: list[str] = []
+    for line in saved_now.splitlines():
+        if line.startswith("*"):
+            table, new, deletes = line[1:].strip(), [], []
+        elif table is None:
+            continue
+        elif line.startswith(":"):
+            chain = line[1:].split()[0]
+            if chain.startswith(_KUBE_CHAIN_PREFIX) and chain not in before.get(table, []):
+                new.append(chain)
+        elif line.startswith("-A "):
+            chain = line.split()[1]
+            if chain not in new and _jump_target(line) in new:
+                deletes.append("-D " + line[3:])
+        elif line.strip() == "COMMIT" and new:
+            script += [f"*{table}", *deletes, *(f"-F {c}" for c in new), *(f"-X {c}" for c in new), "COMMIT"]
+    return "\n".join(script) + "\n" if script else ""
+
+
+def remove_new_kube_chains(before_by_tool: dict[str, dict[str, list[str]]]) -> None:
+    """Put iptables back as recorded (devstack.services' kube-proxy)."""
+    for tool, before in before_by_tool.items():
+        script = undo_script(before, iptables_save(tool))
+        binary = shutil.which(f"{tool}-restore", path=_SBIN_PATH)
+        if script and binary is not None:
+            subprocess.run([binary, "--noflush"], input=script, capture_output=True, text=True, timeout=30)
+
+
+def host_snapshot() -> dict[str, Any]:
+    """What a node may change on the host, as comparable values: the
+    sysctls, iptables' chains and rules, network links and cgroup roots."""
+    # Chains' packet counters left out: they change with any traffic.
+    rules = {tool: sorted(line.rsplit(" [", 1)[0] if line.startswith(":") else line
+                          for line in iptables_save(tool).splitlines() if line and line[0] in "*:-")
+             for tool in IPTABLES}
+    return {
+        "sysctls": {name: _sysctl(name) for name in SYSCTLS},
+        "iptables": rules,
+        "links": sorted(_links()),
+        "cgroups": sorted(str(path.name) for hierarchy in _hierarchies() for path in hierarchy.glob("tenant-gateway-*")),
+    }

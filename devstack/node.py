@@ -16,7 +16,9 @@ Choices, each for a reason measured on these machines:
 * containerd's `restrict_oom_score_adj`: without CAP_SYS_RESOURCE runc
   cannot lower the sandbox's oom_score_adj and every sandbox fails;
 * a cgroupRoot of its own, so two nodes on one machine (tests beside
-  `make run`) never delete each other's pods.
+  `make run`) never delete each other's pods;
+* kube-proxy beside the kubelet when given one (devstack.services), so
+  Services work; the kubelet points pods at the cluster DNS.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import logging
 import os
 import subprocess
 import tarfile
@@ -34,11 +37,12 @@ from typing import Any
 
 import yaml
 
-from devstack import hoststate
+from devstack import hoststate, services
 from devstack.nodeparts import PAUSE_IMAGE, NodeParts
 from devstack.processes import Children, ClusterStartError, free_port
 
 NODE_NAME = "local-node"
+log = logging.getLogger(__name__)
 
 
 def node_address() -> str:
@@ -171,6 +175,9 @@ def kubelet_config(node_dir: Path, *, address: str, port: int, healthz_port: int
         "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%",
                          "nodefs.inodesFree": "1%"},
         "serializeImagePulls": False,
+        # CoreDNS behind the kube-dns Service (devstack.services).
+        "clusterDNS": [services.CLUSTER_DNS_IP],
+        "clusterDomain": services.CLUSTER_DOMAIN,
     }
 
 
@@ -192,6 +199,8 @@ class LocalNode:
     ca_file: Path
     serving: tuple[Path, Path]
     address: str
+    kube_proxy: tuple[Path, Path] | None = None
+    """kube-proxy's binary and kubeconfig; without them the node runs no Services."""
     children: Children = field(init=False)
     _record: hoststate.NodeRecord | None = field(default=None, init=False)
 
@@ -217,6 +226,8 @@ class LocalNode:
         """containerd, the images, then the kubelet; Ready is the cluster's to wait for."""
         preflight()
         hoststate.sweep_dead()  # a crashed run's leftovers first
+        if self.kube_proxy is not None:
+            services.iptables_preflight()
         subnet = free_pod_subnet()
         record = hoststate.record_for(self.node_dir, self.cgroup_root, self.bridge, self.network, self.socket, subnet)
         hoststate.claim(record)
@@ -247,10 +258,28 @@ class LocalNode:
             f"--root-dir={self.run_dir / 'kubelet'}", f"--hostname-override={NODE_NAME}",
             f"--node-ip={self.address}", "--v=0",
         ], env)
+        if self.kube_proxy is not None:
+            self._start_kube_proxy(subnet, env)
+
+    def _start_kube_proxy(self, subnet: str, env: dict[str, str]) -> None:
+        assert self.kube_proxy is not None and self._record is not None
+        owner = hoststate.claim_kube_proxy(self._record)
+        if owner is None:
+            log.warning("another local node on this host runs kube-proxy: this one runs without Services")
+            return
+        self._record = owner
+        binary, kubeconfig = self.kube_proxy
+        config = self.node_dir / "kube-proxy.yaml"
+        config.write_text(yaml.safe_dump(services.kube_proxy_config(
+            kubeconfig=kubeconfig, node_name=NODE_NAME, node_address=self.address, pod_subnet=subnet,
+            healthz_port=free_port(), metrics_port=free_port())))
+        self.children.spawn("kube-proxy", [str(binary), f"--config={config}", "--v=0"], env)
 
     def stop(self) -> None:
         """The kubelet first (so it starts nothing new), then every container,
-        then containerd, then what they left on the host."""
+        then containerd, then what they left on the host. kube-proxy goes
+        first, so it cannot put back the chains the sweep removes."""
+        self.children.stop("kube-proxy")
         self.children.stop("kubelet")
         if self._record is not None:
             hoststate.sweep(self._record)  # kills containers and shims while containerd still runs

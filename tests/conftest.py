@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Itera
 import asyncpg
 import pytest
 
-from devstack import pki
+from devstack import hoststate, pki
 from devstack.cluster import LocalCluster, start_further_cluster, start_local_cluster
 from provisioning.db.migrate import migrate
 from provisioning.db.pool import start_embedded_postgres
@@ -36,11 +36,19 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     state = tmp_path_factory.mktemp("cluster")
+    # What the node changes on the host must be put back at its teardown:
+    # checked when no other node on this host could have changed it meanwhile.
+    alone = not hoststate.live_nodes()
+    host_before = hoststate.host_snapshot() if alone else None
     local = start_local_cluster(state)
     try:
         yield local
     finally:
         local.stop()
+    if host_before is not None and not hoststate.live_nodes():
+        host_after = hoststate.host_snapshot()
+        changed = {key: (host_before[key], host_after[key]) for key in host_before if host_before[key] != host_after[key]}
+        assert not changed, f"the local node left changes on the host: {changed}"
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kubectl and etcd from the Go module proxy for the versions pinned in versions.env, into a cache outside
-# the clone keyed by version. Prints the bin directory on stdout.
-#
-# k8s.io/kubernetes cannot be `go install`ed: its go.mod points ~31 staging
-# modules at ./staging. A wrapper module requires the release and replaces each
-# staging module with its published tag (v1.X.Y <-> v0.X.Y), derived from the
-# release's own go.mod so the list never needs typing.
+# the clone keyed by version. Prints the bin directory on stdout. The Kubernetes
+# binaries come from a wrapper module (kube-module.sh says why); kube-proxy and
+# CoreDNS are built by build-services.sh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -27,49 +24,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 log() { echo "build.sh: $*" >&2; }
+# shellcheck source=kube-module.sh
+. "$here/kube-module.sh"
 
 build_kube() {
-  local minor=${KUBERNETES_VERSION#v1.}   # 34.4
-  local staging_version="v0.$minor"
   mkdir -p "$work/kube"
   cd "$work/kube"
-  local upstream_mod
-  upstream_mod=$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | python3 -c 'import json,sys;print(json.load(sys.stdin)["GoMod"])')
-  local go_line godebug_line
-  go_line=$(grep -m1 '^go ' "$upstream_mod")
-  godebug_line=$(grep -m1 '^godebug ' "$upstream_mod" || true)
-  {
-    echo "module tenant-gateway.io/local-cluster/kube"
-    echo
-    echo "$go_line"
-    [ -n "$godebug_line" ] && echo "$godebug_line"
-    echo
-    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
-    echo
-    echo "replace ("
-    grep -E '^\s*k8s\.io/[^ ]+ => \./staging/' "$upstream_mod" | awk -v v="$staging_version" '{print "\t" $1 " => " $1 " " v}'
-    echo ")"
-  } > go.mod
-  cat > tools.go <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
-  log "resolving Kubernetes $KUBERNETES_VERSION modules"
-  go mod tidy -e >&2 2>&1 | tail -5 >&2 || true
-  local ldflags="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags="$ldflags -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=${minor%%.*} -X $pkg.gitTreeState=clean"
-  done
-  for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
+  local commands=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+  write_kube_wrapper_module "$KUBERNETES_VERSION" "${commands[@]/#/k8s.io/kubernetes/cmd/}"
+  local ldflags
+  ldflags=$(kube_version_ldflags "$KUBERNETES_VERSION")
+  for cmd in "${commands[@]}"; do
     [ -x "$bin/$cmd" ] && continue
     log "building $cmd $KUBERNETES_VERSION (first run on this machine only)"
     go build -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2
