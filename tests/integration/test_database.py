@@ -22,6 +22,7 @@ from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.models import AuditEvent, Credential
+from provisioning.tiers import DEFAULT_LIVE_CREDENTIALS
 from tests.support.databases import new_database
 
 
@@ -127,7 +128,7 @@ async def test_an_issuance_is_recorded_only_for_the_workspace_as_it_was_read(dat
             now = datetime.datetime.now(datetime.timezone.utc)
             credential = Credential(uuid.uuid4(), user.id, claimed.id, "kubeconfig", claimed.namespace,
                                     "sa-tenant-admin", "credential-x", None, now, now + datetime.timedelta(hours=2))
-            await credential_rows.begin(db, credential)
+            assert await credential_rows.begin(db, credential, within=DEFAULT_LIVE_CREDENTIALS)
             return await credential_rows.finish(db, credential.id, "jti", credential.expires_at, user.id, uid, event)
 
         assert not await issued("uid-1")  # still provisioning
