@@ -9,6 +9,7 @@ the kernel's TLS-free share of them shows in `make bench`, not here.
 
     python -m bench.instructions [--floor] [REV ...]
     python -m bench.instructions --member
+    python -m bench.instructions --clusters
 
 measures the working tree and then each git revision (checked out into a
 temporary worktree), and with --floor the bare aiohttp relay
@@ -23,6 +24,11 @@ With --member it measures issue 36's row alone instead (bench/workloads/members.
 a non-owner `edit` member's warm GET against the owner's, on one gateway under
 callgrind, and on the stack's own gateway by /proc as context) and writes
 results/member-get.json.
+
+With --clusters it measures issue 38's row alone instead (bench/workloads/fleet.py:
+the same warm GET on a gateway configured with one cluster and on one configured
+with two, the second a real further control plane, both under callgrind at once;
+CPU by /proc as context) and writes results/fleet-get.json.
 """
 
 from __future__ import annotations
@@ -105,16 +111,23 @@ def count_blocks(stack: Stack, url: str, callers: dict[str, str], order: list[st
             raise RuntimeError(f"{name}: {warm['errors']} of the warm-up GETs did not answer 200")
     counts: dict[str, list[float]] = {name: [] for name in callers}
     for name in order:
-        callgrind_control("-z", str(pid))
-        served = run_load({**jobs[name], "requests": requests}, timeout=1200)
-        before = set(dumps.glob("out.*"))
-        callgrind_control("-d", str(pid))
-        if served["errors"]:
-            raise RuntimeError(f"{name}: {served['errors']} of {served['requests']} GETs did not answer 200")
-        # +1 for the load's own warm request, inside the window as in _count.
-        counts[name].append(_total(_new_dump(dumps, before)) / float(served["requests"] + 1))
+        counts[name].append(count_block(jobs[name], name, pid, dumps, requests))
     print(f"callgrind dumps: {dumps}", file=sys.stderr)
     return counts
+
+
+def count_block(job: dict[str, Any], name: str, pid: int, dumps: Path, requests: int = REQUESTS) -> float:
+    """Instructions per GET of one block on a warmed process under callgrind:
+    its counters zeroed, `requests` sequential GETs of `job`, a dump. Every
+    GET must answer 200."""
+    callgrind_control("-z", str(pid))
+    served = run_load({**job, "requests": requests}, timeout=1200)
+    before = set(dumps.glob("out.*"))
+    callgrind_control("-d", str(pid))
+    if served["errors"]:
+        raise RuntimeError(f"{name}: {served['errors']} of {served['requests']} GETs did not answer 200")
+    # +1 for the load's own warm request, inside the window as in _count.
+    return _total(_new_dump(dumps, before)) / float(served["requests"] + 1)
 
 
 def measure(stack: Stack, tenant: Tenant, name: str, source: Path | None) -> float:
@@ -156,11 +169,27 @@ def member_alone() -> None:
     run_alone("member-get", run, member_verdicts, print_member)
 
 
+def fleet_alone() -> None:
+    """Issue 38's row on a stack of its own, kept in results/fleet-get.json."""
+    from bench.alone import run_alone
+    from bench.workloads.fleet import fleet_get, fleet_verdicts, print_fleet
+
+    async def run(stack: Stack) -> dict[str, Any]:
+        async with stack.session() as session:
+            tenant = await stack.new_tenant(session)
+        return await fleet_get(stack, tenant)
+
+    run_alone("fleet-get", run, fleet_verdicts, print_fleet)
+
+
 def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (Debian: apt-get install valgrind)")
     if "--member" in sys.argv[1:]:
         member_alone()
+        return
+    if "--clusters" in sys.argv[1:]:
+        fleet_alone()
         return
     floor = "--floor" in sys.argv[1:]
     revisions = [argument for argument in sys.argv[1:] if argument != "--floor"]

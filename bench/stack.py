@@ -171,6 +171,8 @@ class Stack:
             "GATEWAY_LOG_LEVEL": "WARNING", "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES,
             **(extra_env or {}),
         }
+        if "GATEWAY_CLUSTERS" in env:  # a cluster list replaces the single cluster's kubeconfig (both is an error)
+            del env["GATEWAY_KUBECONFIG"]
         if source is not None:
             env["PYTHONPATH"] = str(source)  # ahead of the editable install of the working tree
         # proxy.cli:main is the console script's entry now and was the server's
