@@ -402,7 +402,23 @@ async def workspaces_of(db: Database, user_id: uuid.UUID) -> list[Workspace]:
 
 
 async def all_workspaces(db: Database) -> list[Workspace]:
-    return [workspace_from_row(r) for r in await db.fetch("SELECT * FROM workspaces ORDER BY created_at")]
+    return [workspace_from_row(r) for r in await db.fetch("SELECT * FROM workspaces ORDER BY created_at, id")]
+
+
+WorkspacePosition = tuple[datetime.datetime, uuid.UUID]
+"""Where a page of every workspace ends: the last row's (created_at, id)."""
+
+
+async def workspaces_page(db: Database, after: WorkspacePosition | None, limit: int) -> list[Workspace]:
+    """Up to `limit` workspaces in creation order, those after `after` (the
+    previous page's last): a keyset read on the workspaces_created index, so
+    a page costs the same however many workspaces there are."""
+    if after is None:
+        rows = await db.fetch("SELECT * FROM workspaces ORDER BY created_at, id LIMIT $1", limit)
+    else:
+        rows = await db.fetch("SELECT * FROM workspaces WHERE (created_at, id) > ($1, $2) "
+                              "ORDER BY created_at, id LIMIT $3", after[0], after[1], limit)
+    return [workspace_from_row(r) for r in rows]
 
 
 async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid.UUID, status: str,

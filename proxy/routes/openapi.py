@@ -102,8 +102,12 @@ DOCUMENT: dict[str, Any] = {
             body="InitRequest", errors=(400, 403, 409, 429, 503),
                                                 also_ok={200: "already onboarded: the same workspace"})},
         "/api/v1/workspaces": {"get": _op("The workspaces the caller is a member of, each with their role "
-                                          "(all=true: every workspace, gateway admins)", 200, errors=(400, 403),
-                                          params=[_query("all", "boolean")])},
+                                          "(all=true: every workspace, gateway admins). With all=true, `limit` "
+                                          "(1-500, default 100) and `cursor` page it in creation order: the answer "
+                                          "is then `{\"items\": [...], \"next\": cursor or null}`", 200,
+                                          errors=(400, 403),
+                                          params=[_query("all", "boolean"), _query("limit", "integer"),
+                                                  _query("cursor")])},
         "/api/v1/workspaces/{id}": {"get": _op("One workspace", 200, errors=(403, 404), params=[_path_id()])},
         "/api/v1/workspaces/credentials/kubeconfig": {"get": _op(
             "Issue a 2-hour kubeconfig of the caller's own ServiceAccount in the workspace (workspace_id: any "

@@ -40,6 +40,7 @@ from proxy.routes.common import (
     rate_address,
     read_json,
 )
+from proxy.routes.workspace_pages import decode_page_cursor, encode_page_cursor, page_limit
 
 routes = web.RouteTableDef()
 _MAX_TIER_NAME = 63  # a DNS label, as provisioning.tiers requires
@@ -100,6 +101,16 @@ async def list_workspaces(request: web.Request) -> web.Response:
     everything = query_flag(request, "all")
     if everything and not who.user.is_admin:
         raise Forbidden("only administrators may list every workspace", code="admin_required")
+    paged = "limit" in request.query or "cursor" in request.query
+    if paged and not everything:
+        raise BadRequest("limit and cursor page all=true (a caller's own workspaces are one answer)",
+                         code="invalid_query")
+    if paged:
+        cursor = request.query.get("cursor")
+        limit = page_limit(request.query.get("limit"))
+        page = await repo.workspaces_page(db, decode_page_cursor(cursor) if cursor else None, limit)
+        following = encode_page_cursor(page[-1]) if len(page) == limit else None
+        return web.json_response({"items": [_with_quota(request, w) for w in page], "next": following})
     if everything:
         return web.json_response([_with_quota(request, w) for w in await repo.all_workspaces(db)])
     return web.json_response([_with_quota(request, w, m) for w, m in await member_rows.memberships_of(db, who.user.id)])
