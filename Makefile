@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 CHROMIUM := /usr/bin/chromium
 IPTABLES := /usr/sbin/iptables
 
-.PHONY: run test test-pure test-component test-cluster lint bench cluster-binaries service-binaries helm-binary image keycloak-dist manifests clean
+.PHONY: run test test-pure test-component test-cluster lint bench bench-scale cluster-binaries service-binaries helm-binary image keycloak-dist manifests clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,12 @@ test-cluster: $(STAMP) cluster-binaries service-binaries helm-binary image keycl
 
 bench: $(STAMP) cluster-binaries service-binaries keycloak-dist $(IPTABLES)
 	$(BIN)/python -m bench
+
+# Issue 41's scale run (bench/workloads/scale.py): 100, 1,000 and 10,000
+# workspaces onboarded into the local cluster, every figure measured at each
+# size; results/scale.json and results/scale.png. About 15 minutes.
+bench-scale: $(STAMP) cluster-binaries service-binaries $(IPTABLES)
+	$(BIN)/python -m bench.workloads.scale
 
 # deploy/kubernetes from the Helm chart (devstack/chart.py): run after editing
 # the chart; tests/component/test_helm_chart.py fails until the two agree.

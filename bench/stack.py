@@ -154,21 +154,18 @@ class Stack:
         another source tree, under a wrapper such as valgrind, on a given
         port (a replica restarted behind a balancer), or with more settings
         (`extra_env`, e.g. GATEWAY_OIDC_PROVIDERS), if asked."""
-        assert self.cluster is not None
         cert, key = self.tls_files
         port, metrics_port = port or free_port(), free_port()
         self.metrics_urls[name] = f"http://127.0.0.1:{metrics_port}"
         env = {
-            **os.environ,
+            **self.settings_env(),
             "GATEWAY_LISTEN": f"127.0.0.1:{port}", "GATEWAY_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
             "GATEWAY_PUBLIC_URL": f"https://127.0.0.1:{port}",
-            "GATEWAY_DATABASE_URL": self.database_url, "GATEWAY_TIERS_FILE": str(self.root / "tiers.yaml"),
-            "GATEWAY_SESSION_SECRET": self.session_secret, "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig),
             "GATEWAY_TLS_CERT_FILE": str(cert), "GATEWAY_TLS_KEY_FILE": str(key),
             "GATEWAY_RATE_INIT": "100000/60", "GATEWAY_RATE_LOGIN": "100000/60", "GATEWAY_RATE_REGISTER": "100000/60",
             # The workloads measure thousands of streams and issuances in one workspace.
             "GATEWAY_RATE_KUBECONFIG": "1000000/60", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "100000",
-            "GATEWAY_LOG_LEVEL": "WARNING", "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES,
+            "GATEWAY_LOG_LEVEL": "WARNING",
             **(extra_env or {}),
         }
         if "GATEWAY_CLUSTERS" in env:  # a cluster list replaces the single cluster's kubeconfig (both is an error)
@@ -181,6 +178,19 @@ class Stack:
         process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, cwd=self.root,
                                    stderr=open(self.root / f"{name}.log", "wb"))
         return f"https://127.0.0.1:{port}", process
+
+    def settings_env(self) -> dict[str, str]:
+        """This environment and the settings every gateway command of this
+        stack shares: its database, cluster, tiers and session key."""
+        assert self.cluster is not None
+        return {**os.environ, "GATEWAY_DATABASE_URL": self.database_url,
+                "GATEWAY_TIERS_FILE": str(self.root / "tiers.yaml"), "GATEWAY_SESSION_SECRET": self.session_secret,
+                "GATEWAY_KUBECONFIG": str(self.cluster.gateway_kubeconfig), "GATEWAY_SHARED_IMAGES": LOCAL_IMAGES}
+
+    def run_cli(self, *arguments: str, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+        """`tenant-gateway <arguments>` (e.g. `reconcile`) against this stack, to its end."""
+        return subprocess.run([sys.executable, "-c", "from proxy.cli import main; main()", *arguments],
+                              env=self.settings_env(), cwd=self.root, capture_output=True, text=True, timeout=timeout)
 
     def start_kubectl_proxy(self, tenant: Tenant) -> None:
         assert self.cluster is not None

@@ -1,0 +1,418 @@
+"""Issue 41 item 2, `make bench-scale`: what the gateway costs as tenants
+grow. One stack (bench/stack.py); workspaces onboarded to 100, then 1,000,
+then 10,000 (BENCH_SCALE_SIZES), and at each size, in the same run:
+
+* **Onboarding** through the gateway's API (`POST /api/v1/workspaces/init`,
+  16 at a time), so every namespace is made by the real onboarding and
+  admitted by the local cluster's real admission policies. The accounts
+  behind them are rows written here (provisioning.db.repositories,
+  create_user and create_session, with one argon2 hash of the bench
+  password made by the gateway's own hasher, and session tokens signed with
+  the stack's session key): registering 10,000 accounts through the API
+  would spend most of the run in argon2. Logins are measured through the API.
+* **Replicas**: the serving gateway's RSS after the size's measurements;
+  a new replica started STARTS times, its time from exec to `/readyz` 200
+  (median) and its RSS when ready (median).
+* **Latency** (sequential, one client, p50/p99): login (LOGINS, random
+  accounts); kubeconfig issuance (ISSUANCES, random workspaces); a warm
+  proxied GET (WARM_GETS of one ServiceAccount through `/k8s/`, after a
+  warm-up); a cold proxied GET (COLD_GETS workspaces never proxied before:
+  directory and token cache misses); `GET /api/v1/workspaces?all=true`
+  paged by 100 (every page of the walk; the unpaged answer's time is kept as
+  context); suspension and resume (SUSPENSIONS workspaces, each suspended
+  then resumed through the API).
+* **`tenant-gateway reconcile`** over every workspace, as an operator runs
+  it (its wall time, and per workspace: linear when that stays flat).
+* **The event listener's lag**: a watch held open through the gateway on
+  one workspace; 1,000 workspace changes committed as fast as 8 database
+  connections can (each an `UPDATE` of a row that fires the real
+  `workspace_changed` trigger: every replica evicts the workspace, drops its
+  tokens and cuts its streams), the watched workspace's change last; the
+  lag is from that last commit to the gateway cutting the watch. LAG_ROUNDS
+  rounds (p50 and max).
+
+Judged (bench/scale.py): each figure at the largest size within 1.25x of
+the smallest; reconcile per workspace likewise (linear). Alone:
+`python -m bench.workloads.scale` (the cluster lock), written to
+results/scale.json and plotted to results/scale.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import random
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import aiohttp
+import asyncpg
+
+from bench.scale import FIGURES, TOLERANCE, Page, curves, print_scale, scale_verdicts, walk_pages
+from bench.stack import PASSWORD, Stack, stop_process
+from bench.workloads.common import pct
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.models import AuditEvent
+from provisioning.secrets import Secret
+from proxy.auth import passwords, sessions
+
+SIZES = tuple(int(n) for n in os.environ.get("BENCH_SCALE_SIZES", "100,1000,10000").split(","))
+ONBOARDING_CONCURRENCY = 16
+STARTS = 3
+LOGINS = 50
+ISSUANCES = 100
+WARM_GETS = 300
+COLD_GETS = 50
+SUSPENSIONS = 10
+PAGE = 100
+BURST = 1000
+LAG_ROUNDS = 5
+SESSION_SECONDS = 12 * 3600
+
+
+@dataclass
+class Account:
+    user_id: uuid.UUID
+    email: str
+    token: str
+    workspace_id: str = ""
+    namespace: str = ""
+
+
+@dataclass
+class Population:
+    accounts: list[Account] = field(default_factory=list)
+    proxied: set[str] = field(default_factory=set)
+    """Workspaces proxied to already: no longer cold."""
+
+    def unproxied(self, count: int, rng: random.Random) -> list[Account]:
+        fresh = [a for a in self.accounts if a.workspace_id not in self.proxied]
+        chosen = rng.sample(fresh, min(count, len(fresh)))
+        self.proxied.update(a.workspace_id for a in chosen)
+        return chosen
+
+
+def _ms(seconds: list[float]) -> dict[str, float]:
+    return {"p50_ms": pct(seconds, 0.5) * 1000, "p99_ms": pct(seconds, 0.99) * 1000}
+
+
+async def _timed(count: int, call: Callable[[int], Awaitable[None]], concurrency: int = 1) -> list[float]:
+    times: list[float] = []
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            began = time.perf_counter()
+            await call(i)
+            times.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return times
+
+
+# -- the population ------------------------------------------------------------
+
+
+async def _accounts(db: Database, secret: Secret, password_hash: str, count: int) -> list[Account]:
+    """`count` accounts with an open session each, written as the API writes them."""
+    made: list[Account] = []
+    gate = asyncio.Semaphore(8)
+
+    async def one(_i: int) -> None:
+        async with gate:
+            email = f"scale-{uuid.uuid4().hex[:12]}@example.test"
+            user = await repo.create_user(db, email, password_hash)
+            session_id, now = uuid.uuid4(), datetime.datetime.now(datetime.timezone.utc)
+            token, expires = sessions.mint(secret, user.id, session_id, now, SESSION_SECONDS)
+            opened = await repo.create_session(db, session_id, user.id, expires, AuditEvent(
+                "Login", user.id, None, None, {"result": "success", "bench": "scale"}))
+            assert opened is not None
+            made.append(Account(user.id, email, token))
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return made
+
+
+async def _onboard(stack: Stack, session: aiohttp.ClientSession, accounts: list[Account]) -> dict[str, Any]:
+    """Each account's workspace through `POST /api/v1/workspaces/init`."""
+    refused: list[str] = []
+
+    async def one(i: int) -> None:
+        account = accounts[i]
+        async with session.post(f"{stack.gateway_url}/api/v1/workspaces/init", json={},
+                                headers={"Authorization": f"Bearer {account.token}"}) as r:
+            body = await r.json()
+            if r.status != 201 or body.get("status") != "provisioned":
+                refused.append(f"{r.status} {json.dumps(body)[:200]}")
+                return
+            account.workspace_id, account.namespace = body["id"], body["namespace"]
+
+    began = time.perf_counter()
+    times = await _timed(len(accounts), one, ONBOARDING_CONCURRENCY)
+    seconds = time.perf_counter() - began
+    if refused:
+        raise RuntimeError(f"{len(refused)} onboardings did not provision, e.g. {refused[:3]}")
+    return {"count": len(accounts), "seconds": seconds, "rate": len(accounts) / seconds,
+            "concurrency": ONBOARDING_CONCURRENCY, **_ms(times)}
+
+
+# -- the measurements of one size --------------------------------------------------
+
+
+async def _replicas(stack: Stack) -> dict[str, float]:
+    """A new replica started STARTS times: exec to /readyz 200, and its RSS then."""
+    import psutil
+
+    ready_seconds, rss = [], []
+    async with stack.session() as session:
+        for attempt in range(STARTS):
+            began = time.perf_counter()
+            url, process = stack.launch_gateway(f"replica-{attempt}")
+            try:
+                while True:
+                    if process.poll() is not None:
+                        raise RuntimeError((stack.root / f"replica-{attempt}.log").read_text()[-2000:])
+                    try:
+                        async with session.get(f"{url}/readyz") as r:
+                            if r.status == 200:
+                                break
+                    except aiohttp.ClientError:
+                        pass
+                    if time.perf_counter() - began > 120:
+                        raise RuntimeError("a new replica was not ready within 120 s")
+                    await asyncio.sleep(0.02)
+                ready_seconds.append(time.perf_counter() - began)
+                rss.append(psutil.Process(process.pid).memory_info().rss / 2**20)
+            finally:
+                await asyncio.to_thread(stop_process, process)
+    return {"startup_s": statistics.median(ready_seconds), "replica_rss_mib": statistics.median(rss),
+            "startup_max_s": max(ready_seconds)}
+
+
+async def _logins(stack: Stack, session: aiohttp.ClientSession, population: Population,
+                  rng: random.Random) -> dict[str, float]:
+    chosen = rng.sample(population.accounts, min(LOGINS, len(population.accounts)))
+
+    async def one(i: int) -> None:
+        async with session.post(f"{stack.gateway_url}/api/v1/auth/login",
+                                json={"email": chosen[i].email, "password": PASSWORD}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+
+    times = await _timed(len(chosen), one)
+    return {f"login_{k}": v for k, v in _ms(times).items()}
+
+
+async def _issuances(stack: Stack, session: aiohttp.ClientSession, population: Population,
+                     rng: random.Random) -> dict[str, float]:
+    chosen = [rng.choice(population.accounts) for _ in range(ISSUANCES)]
+
+    async def one(i: int) -> None:
+        async with session.get(f"{stack.gateway_url}/api/v1/workspaces/credentials/kubeconfig",
+                               headers={"Authorization": f"Bearer {chosen[i].token}"}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+
+    times = await _timed(ISSUANCES, one)
+    return {f"issuance_{k}": v for k, v in _ms(times).items()}
+
+
+def _account_url(stack: Stack, account: Account) -> str:
+    return (f"{stack.gateway_url}/k8s/{account.workspace_id}/api/v1/namespaces/{account.namespace}"
+            "/serviceaccounts/sa-tenant-admin")
+
+
+async def _proxied_gets(stack: Stack, session: aiohttp.ClientSession, population: Population,
+                        rng: random.Random) -> dict[str, float]:
+    async def get(account: Account) -> None:
+        async with session.get(_account_url(stack, account), headers={"Authorization": f"Bearer {account.token}"}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+
+    warm = population.accounts[0]
+    population.proxied.add(warm.workspace_id)
+    for _ in range(20):
+        await get(warm)
+    warm_times = await _timed(WARM_GETS, lambda _i: get(warm))
+    cold = population.unproxied(COLD_GETS, rng)
+    cold_times = await _timed(len(cold), lambda i: get(cold[i]))
+    return {**{f"warm_get_{k}": v for k, v in _ms(warm_times).items()},
+            **{f"cold_get_{k}": v for k, v in _ms(cold_times).items()}}
+
+
+async def _listing(stack: Stack, session: aiohttp.ClientSession, admin: str, size: int) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {admin}"}
+
+    async def fetch(cursor: str | None) -> Page:
+        query = f"all=true&limit={PAGE}" + (f"&cursor={cursor}" if cursor else "")
+        async with session.get(f"{stack.gateway_url}/api/v1/workspaces?{query}", headers=headers) as r:
+            assert r.status == 200, await r.text()
+            body = await r.json()
+        return body["items"], body["next"]
+
+    items, times = await walk_pages(fetch, limit=PAGE, clock=time.perf_counter)
+    if len(items) != size or len({w["id"] for w in items}) != size:
+        raise RuntimeError(f"the paged listing had {len(items)} workspaces ({len({w['id'] for w in items})} "
+                           f"distinct), {size} onboarded")
+    began = time.perf_counter()
+    async with session.get(f"{stack.gateway_url}/api/v1/workspaces?all=true", headers=headers) as r:
+        assert r.status == 200
+        unpaged = len(await r.json())
+    unpaged_ms = (time.perf_counter() - began) * 1000
+    assert unpaged == size
+    return {**{f"page_{k}": v for k, v in _ms(times).items()}, "pages": len(times), "unpaged_listing_ms": unpaged_ms}
+
+
+async def _suspensions(stack: Stack, session: aiohttp.ClientSession, admin: str, population: Population,
+                       rng: random.Random) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {admin}"}
+    chosen = rng.sample(population.accounts[1:], min(SUSPENSIONS, len(population.accounts) - 1))
+    suspend: list[float] = []
+    resume: list[float] = []
+    for account in chosen:
+        for verb, times, status in (("suspend", suspend, "suspended"), ("resume", resume, "provisioned")):
+            began = time.perf_counter()
+            async with session.post(f"{stack.gateway_url}/api/v1/workspaces/{account.workspace_id}/{verb}",
+                                    headers=headers) as r:
+                body = await r.json()
+                assert r.status == 200 and body["status"] == status, body
+            times.append(time.perf_counter() - began)
+    return {**{f"suspend_{k}": v for k, v in _ms(suspend).items()},
+            **{f"resume_{k}": v for k, v in _ms(resume).items()}}
+
+
+async def _reconcile(stack: Stack, size: int) -> dict[str, float]:
+    began = time.perf_counter()
+    done = await asyncio.to_thread(stack.run_cli, "reconcile")
+    seconds = time.perf_counter() - began
+    if done.returncode != 0 or done.stdout.strip():
+        raise RuntimeError(f"reconcile exited {done.returncode}: {done.stdout[-1500:]} {done.stderr[-1500:]}")
+    return {"reconcile_s": seconds, "reconcile_ms_per_workspace": seconds * 1000 / size}
+
+
+async def _event_lag(stack: Stack, session: aiohttp.ClientSession, population: Population,
+                     rng: random.Random) -> dict[str, float]:
+    """LAG_ROUNDS rounds: a watch open through the gateway, BURST changes, the
+    watched workspace's last; from its commit to the watch's end."""
+    watched = population.accounts[0]
+    others = [uuid.UUID(a.workspace_id) for a in population.accounts[1:]]
+    url = (f"{stack.gateway_url}/k8s/{watched.workspace_id}/api/v1/namespaces/{watched.namespace}"
+           "/configmaps?watch=1&timeoutSeconds=600")
+    change = "UPDATE workspaces SET status = status WHERE id = $1"
+    pool = await asyncpg.create_pool(stack.database_url, min_size=8, max_size=8)
+    lags, bursts = [], []
+    try:
+        for _ in range(LAG_ROUNDS):
+            async with session.get(url, headers={"Authorization": f"Bearer {watched.token}"}) as watch:
+                assert watch.status == 200, await watch.text()
+                await asyncio.sleep(0.5)  # the stream registered on the replica
+                targets = [rng.choice(others) for _ in range(BURST - 1)]
+                began = time.perf_counter()
+
+                async def changes(share: list[uuid.UUID]) -> None:
+                    async with pool.acquire() as connection:
+                        for workspace_id in share:
+                            await connection.execute(change, workspace_id)
+
+                await asyncio.gather(*(changes(targets[k::8]) for k in range(8)))
+                await pool.execute(change, uuid.UUID(watched.workspace_id))
+                committed = time.perf_counter()
+                bursts.append(committed - began)
+                async with asyncio.timeout(60):
+                    try:
+                        async for _chunk in watch.content.iter_any():
+                            pass
+                    except aiohttp.ClientPayloadError:
+                        pass  # cut mid-chunk: ended all the same
+                lags.append(time.perf_counter() - committed)
+    finally:
+        await pool.close()
+    return {"event_lag_p50_ms": statistics.median(lags) * 1000, "event_lag_max_ms": max(lags) * 1000,
+            "burst_commit_s": statistics.median(bursts)}
+
+
+async def _measure(stack: Stack, population: Population, admin: str, size: int, rng: random.Random) -> dict[str, Any]:
+    figures: dict[str, float] = {}
+    async with stack.session() as session:
+        for name, step in (("logins", _logins(stack, session, population, rng)),
+                           ("issuances", _issuances(stack, session, population, rng)),
+                           ("proxied GETs", _proxied_gets(stack, session, population, rng)),
+                           ("listing", _listing(stack, session, admin, size)),
+                           ("suspensions", _suspensions(stack, session, admin, population, rng)),
+                           ("event lag", _event_lag(stack, session, population, rng))):
+            print(f"  {size:,}: {name} ...", flush=True)
+            figures.update(await step)
+    print(f"  {size:,}: reconcile ...", flush=True)
+    figures.update(await _reconcile(stack, size))
+    print(f"  {size:,}: replicas ...", flush=True)
+    figures.update(await _replicas(stack))
+    figures["rss_mib"] = stack.gateway_rss_mib()
+    return figures
+
+
+async def scale(stack: Stack, sizes: tuple[int, ...] = SIZES, seed: int = 41) -> dict[str, Any]:
+    rng = random.Random(seed)
+    secret = Secret(stack.session_secret)
+    password_hash = await passwords.hash_password(PASSWORD)
+    db = await Database.connect(stack.database_url, min_size=1, max_size=8)
+    try:
+        admin_email = f"scale-admin-{uuid.uuid4().hex[:8]}@example.test"
+        await repo.create_user(db, admin_email, password_hash, is_admin=True)
+        async with stack.session() as session:
+            async with session.post(f"{stack.gateway_url}/api/v1/auth/login",
+                                    json={"email": admin_email, "password": PASSWORD}) as r:
+                admin = str((await r.json())["token"])
+        population = Population()
+        steps = []
+        for size in sizes:
+            more = size - len(population.accounts)
+            print(f"onboarding {more:,} workspaces (to {size:,}) ...", flush=True)
+            accounts = await _accounts(db, secret, password_hash, more)
+            async with stack.session() as session:
+                onboarding = await _onboard(stack, session, accounts)
+            population.accounts += accounts
+            figures = await _measure(stack, population, admin, size, rng)
+            steps.append({"size": size, "onboarding": onboarding, "figures": figures})
+            print(json.dumps(steps[-1]), flush=True)
+    finally:
+        await db.close()
+    return {"onboarded_through": "the gateway's API, POST /api/v1/workspaces/init (accounts and sessions as rows)",
+            "samples": {"starts": STARTS, "logins": LOGINS, "issuances": ISSUANCES, "warm_gets": WARM_GETS,
+                        "cold_gets": COLD_GETS, "suspensions": SUSPENSIONS, "page": PAGE, "burst": BURST,
+                        "lag_rounds": LAG_ROUNDS},
+            "tolerance": TOLERANCE, "figures": [f.key for f in FIGURES], "steps": steps}
+
+
+def plot(result: dict[str, Any], path: Any) -> None:
+    from bench.png import ratio_chart
+
+    drawn = [(c.number, [(float(x), y) for x, y in c.points]) for c in curves(result)]
+    path.write_bytes(ratio_chart(drawn, x_ticks=[float(s) for s in result_sizes(result)], threshold=TOLERANCE))
+
+
+def result_sizes(result: dict[str, Any]) -> list[int]:
+    return [int(step["size"]) for step in result["steps"]]
+
+
+def _main() -> None:
+    from bench.alone import run_alone
+    from bench.record import RESULTS
+
+    name = "scale" if SIZES == (100, 1000, 10000) else "scale-" + "-".join(map(str, SIZES))
+
+    def printed(result: dict[str, Any]) -> None:
+        print_scale(result)
+        plot(result, RESULTS / f"{name}.png")
+        print(f"plotted: {RESULTS / f'{name}.png'}")
+
+    run_alone(name, scale, scale_verdicts, printed)
+
+
+if __name__ == "__main__":
+    _main()
