@@ -116,11 +116,13 @@ async def reconcile(db: Database, kube: KubeApi | Fleet, tiers: Mapping[str, Tie
     gone, or whose objects' names are taken by others, is reported and left
     alone. The run ends at a workspace where the API server or the database
     stopped answering, reported with what was done before: only a database
-    that cannot list the workspaces at all raises. In a fleet each cluster
+    that cannot list the workspaces at all raises. Workspaces are read a
+    page at a time (repo.every_workspace): its memory stays flat however
+    many there are. In a fleet each cluster
     is its own run: one that stops answering stops only its workspaces'."""
     reconciled = []
     stopped: set[str] = set()
-    for workspace in await repo.all_workspaces(db):
+    async for workspace in repo.every_workspace(db):
         if workspace.cluster in stopped:
             continue
         try:

@@ -421,6 +421,20 @@ async def workspaces_page(db: Database, after: WorkspacePosition | None, limit: 
     return [workspace_from_row(r) for r in rows]
 
 
+async def every_workspace(db: Database, page: int = 500) -> AsyncIterator[Workspace]:
+    """Every workspace in creation order, read a page at a time: a run over
+    all of them (reconcile) holds one page, not the whole table. A
+    workspace made during the run comes at the end, or not at all."""
+    after: WorkspacePosition | None = None
+    while True:
+        rows = await workspaces_page(db, after, page)
+        for workspace in rows:
+            yield workspace
+        if len(rows) < page:
+            return
+        after = (rows[-1].created_at, rows[-1].id)
+
+
 async def set_workspace_state(connection: asyncpg.Connection, workspace_id: uuid.UUID, status: str,
                               service_account_uid: str | None = None) -> Workspace | None:
     """Change status (and the ServiceAccount UID when given). The table's

@@ -67,3 +67,14 @@ async def test_what_is_no_page_query_is_refused(gateway: Any, database_url: str)
                             ("limit=10", (400, "invalid_query"))):
         assert await error_of(await root.call("GET", f"/api/v1/workspaces?{query}")) == expected, query
     assert await error_of(await user.call("GET", "/api/v1/workspaces?all=true&limit=10")) == (403, "admin_required")
+
+
+async def test_every_workspace_read_a_page_at_a_time_is_each_workspace_once_in_order(db: Database) -> None:
+    """What reconcile walks (repo.every_workspace): pages of 2 over 5
+    workspaces, two made in the same instant across a page boundary."""
+    made = await _workspaces(db, 5)
+    await db.fetch("UPDATE workspaces SET created_at = (SELECT created_at FROM workspaces WHERE id = $1) "
+                   "WHERE id = $2", uuid.UUID(made[2]), uuid.UUID(made[1]))
+    walked = [str(w.id) async for w in repo.every_workspace(db, page=2)]
+    assert walked == [str(w.id) for w in await repo.all_workspaces(db)]
+    assert sorted(walked) == sorted(made)

@@ -51,8 +51,9 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
     first, second, third = (_workspace(n) for n in (1, 2, 3))
     recorded: list[uuid.UUID] = []
 
-    async def all_workspaces(_db: object) -> list[Workspace]:
-        return [first, second, third]
+    async def every_workspace(_db: object) -> AsyncIterator[Workspace]:
+        for workspace in (first, second, third):
+            yield workspace
 
     async def all_members(_db: object, _workspace_id: uuid.UUID) -> list[Member]:
         return []  # the owners' rows: their accounts are the workspaces' own, made by onboarding
@@ -63,7 +64,7 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
         recorded.append(event.workspace_id)  # type: ignore[arg-type]
         return uuid.uuid4()
 
-    monkeypatch.setattr(repo, "all_workspaces", all_workspaces)
+    monkeypatch.setattr(repo, "every_workspace", every_workspace)
     monkeypatch.setattr(repo, "record_audit", record_audit)
     monkeypatch.setattr(member_rows, "all_members", all_members)
     report = await reconciling.reconcile(object(), FakeKube(first, second, third), DEFAULT_TIERS,  # type: ignore[arg-type]
