@@ -73,7 +73,7 @@ SUSPENSIONS = 10
 PAGE = 100
 BURST = 1000
 LAG_ROUNDS = 5
-SESSION_SECONDS = 12 * 3600
+SESSION_SECONDS = 4 * 3600
 
 
 @dataclass
@@ -291,9 +291,11 @@ async def _reconcile(stack: Stack, size: int) -> dict[str, float]:
     began = time.perf_counter()
     done = await asyncio.to_thread(stack.run_cli, "reconcile")
     seconds = time.perf_counter() - began
-    if done.returncode != 0 or done.stdout.strip():
-        raise RuntimeError(f"reconcile exited {done.returncode}: {done.stdout[-1500:]} {done.stderr[-1500:]}")
-    return {"reconcile_s": seconds, "reconcile_ms_per_workspace": seconds * 1000 / size}
+    if done.returncode == 2:  # the cluster or the database stopped answering: no run over all to time
+        raise RuntimeError(f"reconcile exited 2: {done.stdout[-1500:]} {done.stderr[-1500:]}")
+    # Anything it changed or left alone is a line (none expected: every workspace was just onboarded).
+    return {"reconcile_s": seconds, "reconcile_ms_per_workspace": seconds * 1000 / size,
+            "reconcile_exit": done.returncode, "reconcile_lines": len(done.stdout.splitlines())}
 
 
 async def _event_lag(stack: Stack, session: aiohttp.ClientSession, population: Population,
@@ -328,8 +330,8 @@ async def _event_lag(stack: Stack, session: aiohttp.ClientSession, population: P
                     try:
                         async for _chunk in watch.content.iter_any():
                             pass
-                    except aiohttp.ClientPayloadError:
-                        pass  # cut mid-chunk: ended all the same
+                    except aiohttp.ClientError:
+                        pass  # cut mid-chunk or the connection closed: ended all the same
                 lags.append(time.perf_counter() - committed)
     finally:
         await pool.close()
