@@ -152,3 +152,19 @@ def print_scale(result: dict[str, Any]) -> None:
         if onboarding:
             print(f"  onboarded to {step['size']:,}: {onboarding['count']:,} more in {onboarding['seconds']:.0f} s "
                   f"({onboarding['rate']:.1f}/s, p50 {onboarding['p50_ms']:.0f} ms, p99 {onboarding['p99_ms']:.0f} ms)")
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The run's figures as the table bench/README.md shows: a row per
+    figure (its legend number first), a column per size, and the ratio of
+    the largest to the smallest."""
+    measured = sizes(result)
+    lines = ["| # | figure | " + " | ".join(f"{size:,}" for size in measured) + " | largest / smallest |",
+             "|---|---|" + "---|" * len(measured) + "---|"]
+    for number, figure in enumerate(FIGURES, start=1):
+        values = [figure_at(result, figure.key, size) for size in measured]
+        ratio = ratio_to_smallest(result, figure.key, measured[-1])
+        cells = " | ".join(f"{v:.2f}" if v is not None else "-" for v in values)
+        lines.append(f"| {number} | {figure.label} ({figure.unit}) | {cells} | "
+                     + (f"{ratio:.2f}x" if ratio is not None else "-") + " |")
+    return "\n".join(lines)

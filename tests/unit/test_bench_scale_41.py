@@ -139,3 +139,12 @@ def test_the_chart_draws_each_curve_in_its_colour() -> None:
     assert (width, height) == (900, 560)
     assert bytes((31, 119, 180)) in pixels and bytes((255, 127, 14)) in pixels  # the first two colours
     assert bytes((220, 30, 30)) in pixels  # the target's line
+
+
+def test_the_readme_table_has_a_row_per_figure_numbered_as_in_the_legend() -> None:
+    from bench.scale import markdown_table
+
+    lines = markdown_table(_result(rss_mib=20.0)).splitlines()
+    assert lines[0] == "| # | figure | 100 | 1,000 | 10,000 | largest / smallest |"
+    assert len(lines) == 2 + len(FIGURES)
+    assert lines[2] == "| 1 | serving replica RSS (MiB) | 10.00 | 11.00 | 20.00 | 2.00x |"
