@@ -56,7 +56,7 @@ from typing import Any, Awaitable, Callable
 import aiohttp
 import asyncpg
 
-from bench.scale import FIGURES, TOLERANCE, Page, curves, print_scale, scale_verdicts, walk_pages
+from bench.scale import FIGURES, TOLERANCE, Page, curves, markdown_table, print_scale, scale_verdicts, walk_pages
 from bench.stack import PASSWORD, Stack, stop_process
 from bench.workloads.common import pct
 from provisioning.db import repositories as repo
@@ -441,6 +441,7 @@ def _main() -> None:
 
     def printed(result: dict[str, Any]) -> None:
         print_scale(result)
+        print("\n" + markdown_table(result) + "\n")
         plot(result, RESULTS / f"{name}.png")
         print(f"plotted: {RESULTS / f'{name}.png'}")
 
