@@ -148,3 +148,13 @@ def test_the_readme_table_has_a_row_per_figure_numbered_as_in_the_legend() -> No
     assert lines[0] == "| # | figure | 100 | 1,000 | 10,000 | largest / smallest |"
     assert len(lines) == 2 + len(FIGURES)
     assert lines[2] == "| 1 | serving replica RSS (MiB) | 10.00 | 11.00 | 20.00 | 2.00x |"
+
+
+def test_reconcile_left_out_at_the_largest_size_is_judged_at_the_largest_it_ran_at() -> None:
+    result = _result()
+    del result["steps"][2]["figures"]["reconcile_ms_per_workspace"]
+    verdicts = {t: (v, ok) for t, v, ok in scale_verdicts(result)}
+    assert verdicts["linear: reconcile over all, per workspace at 1,000 <= 1.25x at 100"] == ("1.10x", True)
+    del result["steps"][1]["figures"]["reconcile_ms_per_workspace"]
+    verdicts = {t: (v, ok) for t, v, ok in scale_verdicts(result)}
+    assert verdicts["linear: reconcile over all, per workspace at 100 <= 1.25x at 100"] == ("not measured", False)
