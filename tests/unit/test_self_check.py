@@ -297,3 +297,13 @@ async def test_no_delete_may_read_a_secret_and_the_secret_aimed_at_is_deleted_af
            "ValidatingAdmissionPolicy tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in force " \
            "for this credential" in lines
     assert cluster.check_secrets == []
+
+
+@pytest.mark.parametrize("extra", [["--with-keycloak"], ["--clusters", "2"]])
+def test_dev_in_cluster_runs_one_cluster_without_keycloak(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Pods reach neither a Keycloak nor further control planes on the host's loopback."""
+    args = cli.parser().parse_args(["dev", "--in-cluster", *extra])
+    with pytest.raises(SystemExit) as exited:
+        cli.cmd_dev(cli.load({"GATEWAY_SESSION_SECRET": "s" * 40}), args)
+    assert exited.value.code == 2
+    assert "--in-cluster runs one cluster without Keycloak" in capsys.readouterr().err
