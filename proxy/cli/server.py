@@ -53,13 +53,18 @@ def load(env: dict[str, str] | None = None) -> Settings:
         # Dev mode only (load_settings refuses this otherwise): a key kept
         # under the data dir, so restarts keep sessions valid.
         key_file = settings.data_dir / "session.key"
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        if not key_file.exists():
-            # Created 0600 in one step: never readable by others, not even briefly.
-            descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as out:
-                out.write(secrets.token_urlsafe(48))
-        settings = dataclasses.replace(settings, session_secret=Secret(key_file.read_text().strip()))
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            if not key_file.exists():
+                # Created 0600 in one step: never readable by others, not even briefly.
+                descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "w") as out:
+                    out.write(secrets.token_urlsafe(48))
+            key = key_file.read_text().strip()
+        except OSError as error:  # a read-only root (the image), a data dir not ours
+            _fail(f"{variable_name('session_secret')} is not set and no session key can be kept under "
+                  f"{variable_name('data_dir')} ({settings.data_dir}: {error.strerror}): set one of them")
+        settings = dataclasses.replace(settings, session_secret=Secret(key))
     return settings
 
 
