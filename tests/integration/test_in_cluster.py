@@ -15,6 +15,7 @@ import asyncio
 import json
 import ssl
 import subprocess
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -264,6 +265,12 @@ def test_a_drain_evicts_one_replica_at_a_time(in_cluster: InClusterGateway) -> N
     """The PodDisruptionBudget (minAvailable 2 of 3): the eviction API lets
     one replica go, and refuses the next until it is back."""
     in_cluster.wait_rolled_out()
+    # The disruption controller's count catches up with the rollout first.
+    deadline = time.monotonic() + 60
+    while in_cluster.cluster.kubectl_run("-n", NAMESPACE, "get", "pdb", "tenant-gateway", "-o",
+                                         "jsonpath={.status.disruptionsAllowed}").stdout != "1":
+        assert time.monotonic() < deadline, "the PodDisruptionBudget never allowed one disruption"
+        time.sleep(0.5)
     outcomes = []
     for pod in in_cluster.pods():
         name = pod["metadata"]["name"]
