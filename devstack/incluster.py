@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -63,7 +64,7 @@ class InClusterGateway:
             raise ClusterStartError("the gateway runs in-cluster only on a cluster with its node")
         node.import_image(ensure_image(chart.REPO_ROOT))
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self._apply_secrets()
+        self._apply_namespace_and_secrets()
         self.upgrade()
 
     def upgrade(self, settings: Mapping[str, str] | None = None) -> None:
@@ -81,8 +82,13 @@ class InClusterGateway:
         self.wait_rolled_out()
 
     def wait_rolled_out(self) -> None:
-        self.cluster.kubectl_run("-n", NAMESPACE, "rollout", "status", "deployment/tenant-gateway",
-                                 f"--timeout={_READY_SECONDS}s")
+        # Longer than kubectl_run's minute.
+        waited = subprocess.run([str(self.cluster.kubectl), f"--kubeconfig={self.cluster.admin_kubeconfig}", "-n",
+                                 NAMESPACE, "rollout", "status", "deployment/tenant-gateway",
+                                 f"--timeout={_READY_SECONDS}s"], capture_output=True, text=True,
+                                timeout=_READY_SECONDS + 30)
+        if waited.returncode != 0:
+            raise ClusterStartError(f"the gateway's rollout did not finish: {waited.stderr.strip()}")
 
     def uninstall(self) -> None:
         self._helm("uninstall", chart.RELEASE, "--wait", "--timeout=120s", check=False)
@@ -115,23 +121,27 @@ class InClusterGateway:
                               "apiServerPorts": [443, api_port]},
         }
 
-    def _apply_secrets(self) -> None:
-        """What the values name: the database and session secret, and the
-        Service's serving certificate (its DNS names and fixed cluster IP)."""
+    def _apply_namespace_and_secrets(self) -> None:
+        """The namespace, and what the values name in it: the database and
+        session secret, and the Service's serving certificate (its DNS names
+        and fixed cluster IP)."""
         cert, key = self.cluster.serving_certificate(
             "in-cluster-gateway", (SERVICE_NAME, f"{SERVICE_NAME}.cluster.local", SERVICE_IP))
-        secrets = [
+        # helm needs the namespace first; restricted, as README's install makes it.
+        enforced = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "warn", "audit")}
+        objects = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": enforced}},
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tenant-gateway", "namespace": NAMESPACE},
              "stringData": {"database-url": self.database_url, "session-secret": self.session_secret}},
             {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
              "metadata": {"name": "tenant-gateway-tls", "namespace": NAMESPACE},
              "data": {"tls.crt": _b64(cert.read_bytes()), "tls.key": _b64(key.read_bytes())}},
         ]
-        self.cluster.kubectl_run("apply", "-f", "-", input=yaml.safe_dump_all(secrets))
+        self.cluster.kubectl_run("apply", "-f", "-", input=yaml.safe_dump_all(objects))
 
     def _helm(self, *args: str, check: bool = True) -> None:
-        result = chart.helm(self.helm, *args, "--namespace", NAMESPACE,
-                            f"--kubeconfig={self.cluster.admin_kubeconfig}", check=False)
+        result = chart.helm(self.helm, *args, "--namespace", NAMESPACE, f"--kubeconfig={self.cluster.admin_kubeconfig}",
+                            check=False, timeout=_READY_SECONDS + 30)
         if check and result.returncode != 0:
             raise ClusterStartError(f"helm {args[0]} failed: {result.stderr.strip()}")
 
