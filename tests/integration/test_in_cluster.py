@@ -206,7 +206,9 @@ async def _exec_session(client: aiohttp.ClientSession, url: str, headers: dict[s
         async for message in ws:
             if message.type == aiohttp.WSMsgType.ERROR:
                 tally["exec broken"] += 1
-        tally["exec closed cleanly" if ws.close_code is not None else "exec broken"] += 1
+        # 1001 "going away": the replica stops; a client reconnects elsewhere.
+        tally["exec closed cleanly" if ws.close_code == aiohttp.WSCloseCode.GOING_AWAY else
+              f"exec broken: {ws.close_code}"] += 1
 
 
 async def _count_ready(in_cluster: InClusterGateway, stop: asyncio.Event, seen: list[int]) -> None:
