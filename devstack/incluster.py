@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -89,6 +90,13 @@ class InClusterGateway:
                                 timeout=_READY_SECONDS + 30)
         if waited.returncode != 0:
             raise ClusterStartError(f"the gateway's rollout did not finish: {waited.stderr.strip()}")
+        # `rollout status` is done before the old replicas have stopped
+        # (preStop, then the drain): wait for them too.
+        deadline = time.monotonic() + _READY_SECONDS
+        while any(pod["metadata"].get("deletionTimestamp") for pod in self.pods()):
+            if time.monotonic() > deadline:
+                raise ClusterStartError("the gateway's old replicas did not stop")
+            time.sleep(0.5)
 
     def uninstall(self) -> None:
         self._helm("uninstall", chart.RELEASE, "--wait", "--timeout=120s", check=False)
