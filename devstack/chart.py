@@ -42,13 +42,13 @@ def helm_binary() -> Path:
     return Path(built.stdout.strip().splitlines()[-1])
 
 
-def helm(helm_path: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def helm(helm_path: Path, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run helm with its state in a throwaway folder: nothing is read from or
     written to the user's helm configuration (repositories, plugins, cache)."""
     with tempfile.TemporaryDirectory(prefix="helm-") as home:
         env = {"PATH": os.environ.get("PATH", ""), "HOME": home, "HELM_CACHE_HOME": f"{home}/cache",
                "HELM_CONFIG_HOME": f"{home}/config", "HELM_DATA_HOME": f"{home}/data"}
-        return subprocess.run([str(helm_path), *args], capture_output=True, text=True, timeout=120, env=env,
+        return subprocess.run([str(helm_path), *args], capture_output=True, text=True, timeout=timeout, env=env,
                               check=check)
 
 

@@ -100,6 +100,9 @@ CONTROLLERS = (
     # Services' endpoints, which kube-proxy and CoreDNS follow.
     "endpointslice-controller",
     "endpoints-controller",
+    # PodDisruptionBudgets' status, without which every eviction is refused
+    # (the gateway's own PDB when it runs in the cluster, and tenants').
+    "disruption-controller",
 )
 CACHE = Path(os.environ.get("TENANT_GATEWAY_CACHE")
              or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tenant-gateway")

@@ -466,13 +466,32 @@ def remove_new_kube_chains(before_by_tool: dict[str, dict[str, list[str]]]) -> N
             subprocess.run([binary, "--noflush"], input=script, capture_output=True, text=True, timeout=30)
 
 
+_BUILT_IN_CHAINS = frozenset({"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"})
+
+
+def comparable_rules(saved: str) -> list[str]:
+    """iptables-save's output as a comparable value. Pure. Chains' packet
+    counters are left out (they change with any traffic), and so are tables
+    and built-in chains that say nothing: a table exists from the first
+    command that touches it (on a fresh host, kube-proxy's), and stays,
+    empty, with its built-in chains accepting, after every rule is gone."""
+    kept = []
+    for line in saved.splitlines():
+        if line.startswith(":"):
+            line = line.rsplit(" [", 1)[0]
+            name, _, policy = line[1:].partition(" ")
+            if name in _BUILT_IN_CHAINS and policy == "ACCEPT":
+                continue
+        elif not line.startswith("-"):
+            continue  # comments, table headers, COMMIT
+        kept.append(line)
+    return sorted(kept)
+
+
 def host_snapshot() -> dict[str, Any]:
     """What a node may change on the host, as comparable values: the
     sysctls, iptables' chains and rules, network links and cgroup roots."""
-    # Chains' packet counters left out: they change with any traffic.
-    rules = {tool: sorted(line.rsplit(" [", 1)[0] if line.startswith(":") else line
-                          for line in iptables_save(tool).splitlines() if line and line[0] in "*:-")
-             for tool in IPTABLES}
+    rules = {tool: comparable_rules(iptables_save(tool)) for tool in IPTABLES}
     return {
         "sysctls": {name: _sysctl(name) for name in SYSCTLS},
         "iptables": rules,

@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import secrets
+import signal
 import ssl
 import sys
 from pathlib import Path
@@ -52,13 +53,18 @@ def load(env: dict[str, str] | None = None) -> Settings:
         # Dev mode only (load_settings refuses this otherwise): a key kept
         # under the data dir, so restarts keep sessions valid.
         key_file = settings.data_dir / "session.key"
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        if not key_file.exists():
-            # Created 0600 in one step: never readable by others, not even briefly.
-            descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(descriptor, "w") as out:
-                out.write(secrets.token_urlsafe(48))
-        settings = dataclasses.replace(settings, session_secret=Secret(key_file.read_text().strip()))
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            if not key_file.exists():
+                # Created 0600 in one step: never readable by others, not even briefly.
+                descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(descriptor, "w") as out:
+                    out.write(secrets.token_urlsafe(48))
+            key = key_file.read_text().strip()
+        except OSError as error:  # a read-only root (the image), a data dir not ours
+            _fail(f"{variable_name('session_secret')} is not set and no session key can be kept under "
+                  f"{variable_name('data_dir')} ({settings.data_dir}: {error.strerror}): set one of them")
+        settings = dataclasses.replace(settings, session_secret=Secret(key))
     return settings
 
 
@@ -333,6 +339,10 @@ def _with_keycloak(settings: Settings) -> tuple[Settings, Callable[[], None]]:
 
 def cmd_dev(settings: Settings, args: argparse.Namespace) -> int:
     """Everything local: embedded PostgreSQL, a local cluster, a first admin (and, if asked, Keycloak)."""
+    if args.in_cluster:
+        if args.with_keycloak or args.clusters > 1:
+            _fail("--in-cluster runs one cluster without Keycloak: leave out --with-keycloak and --clusters")
+        return _dev_in_cluster(settings)
     stop_keycloak: Callable[[], None] = lambda: None
     if args.with_keycloak:
         settings, stop_keycloak = _with_keycloak(settings)
@@ -392,6 +402,47 @@ def _dev(settings: Settings, args: argparse.Namespace) -> int:
         cluster.stop()
 
 
+def _dev_in_cluster(settings: Settings) -> int:
+    """`dev --in-cluster`: the local cluster runs the gateway itself, as
+    operators run it (devstack.incluster): the image built and imported,
+    the Helm chart installed with three replicas, PostgreSQL on the host
+    for the pods. Serves until interrupted, then uninstalls it all."""
+    from devstack.chart import helm_binary
+    from devstack.cluster import start_local_cluster
+    from devstack.incluster import NAMESPACE, InClusterGateway
+    from devstack.nodeparts import LOCAL_IMAGES
+    from devstack.podpostgres import start_postgres_for_pods
+
+    data_dir = settings.data_dir.resolve()
+    print("starting the local cluster, building the image and helm if needed...", flush=True)
+    cluster = start_local_cluster(data_dir / "cluster")
+    try:
+        assert cluster.node is not None
+        database = start_postgres_for_pods(data_dir / "pod-postgres", cluster.node.address)
+        gateway = InClusterGateway(cluster, helm_binary(), data_dir / "in-cluster", database.url,
+                                   secrets.token_urlsafe(48), {"GATEWAY_SHARED_IMAGES": LOCAL_IMAGES})
+        try:
+            print("installing the chart (three replicas)...", flush=True)
+            gateway.install()
+            password = secrets.token_urlsafe(12)
+            gateway.exec("tenant-gateway", "user", "create", "--email", "admin@gateway.local", "--admin",
+                         "--password-stdin", input=password + "\n")
+            print(f"\nthe gateway runs in the cluster: {gateway.url}/ (Service tenant-gateway in {NAMESPACE}, "
+                  "three replicas)\n"
+                  f"its CA: {gateway.ca_file}\nfirst admin: admin@gateway.local\none-time password: {password}\n"
+                  f"cluster admin kubeconfig: {cluster.admin_kubeconfig}\n"
+                  f"helm values: {gateway.values_file}\nCtrl-C uninstalls it and stops the cluster.\n", flush=True)
+            stops = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+            signal.sigwait(stops)
+        finally:
+            gateway.uninstall()
+            database.stop()
+    finally:
+        cluster.stop()
+    return 0
+
+
 def _dev_fleet(settings: Settings, data_dir: Path, first: LocalCluster,
                count: int) -> tuple[list[LocalCluster], Settings]:
     """`dev --clusters N`: N-1 control planes beside the first (no node: their
@@ -434,6 +485,9 @@ def parser() -> argparse.ArgumentParser:
         if name == "dev":
             cmd.add_argument("--with-keycloak", action="store_true",
                              help="also start a local Keycloak with two organisations and sign in through it")
+            cmd.add_argument("--in-cluster", action="store_true",
+                             help="run the gateway inside the local cluster from its image and Helm chart "
+                                  "(three replicas, reached through its Service)")
             cmd.add_argument("--clusters", type=_cluster_count, default=1, metavar="N",
                              help="start N local clusters (1 to 5): the first with its node, the others control "
                                   "planes only, all served by the gateway (GATEWAY_CLUSTERS written under the data dir)")

@@ -25,6 +25,7 @@ async def test_a_429_at_sign_in_says_when_to_retry(cluster: LocalCluster, make_g
     page = await new_page(browser, watched)
     await sign_in(page, base, email)
     await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_role("button", name="Sign in", exact=True)).to_be_visible()
 
     # When they sign in again at once
     await sign_in(page, base, email, expect_success=False)

@@ -50,5 +50,6 @@ async def test_the_console_works_on_plain_http_loopback(cluster: LocalCluster, p
     await expect(page.get_by_role("button", name="Download kubeconfig")).to_be_visible(timeout=60_000)
     await shots.take(page, "plain-http")
     await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_role("button", name="Sign in", exact=True)).to_be_visible()
     await sign_in(page, base, email)
     assert not watched.csp_violations()

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from devstack import chart
+from devstack.image import image_name
 from proxy.settings.loading import load_settings
 from proxy.settings.model import VARIABLES
 
@@ -113,7 +114,12 @@ def test_every_value_lands_where_the_gateway_reads_it(helm: Path) -> None:
     assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == 10
     assert container["startupProbe"]["failureThreshold"] == 120
     assert deployment["spec"]["template"]["metadata"]["annotations"]["example.org/owner"] == "platform"
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": 8080, "metrics": 9100, "audit": 9443}
+    # tls.secretName: the public listener serves HTTPS, and the probes and the Service follow.
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"https": 8080, "metrics": 9100, "audit": 9443}
+    assert all(container[probe]["httpGet"]["scheme"] == "HTTPS" and container[probe]["httpGet"]["port"] == "https"
+               for probe in ("startupProbe", "livenessProbe", "readinessProbe"))
+    service = rendered[("Service", "tenant-gateway")]["spec"]
+    assert service["clusterIP"] == "10.96.0.50" and service["ports"][0]["targetPort"] == "https"
 
     # Every file a variable names lies in a mounted volume, and every mount has its volume.
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -121,11 +127,12 @@ def test_every_value_lands_where_the_gateway_reads_it(helm: Path) -> None:
     assert set(mounts.values()) <= set(volumes)
     env = {e["name"]: e for e in container["env"]}
     for name in ("GATEWAY_TIERS_FILE", "GATEWAY_OIDC_PROVIDERS", "GATEWAY_CLUSTERS", "GATEWAY_AUDIT_TLS_CERT_FILE",
-                 "GATEWAY_AUDIT_TLS_KEY_FILE", "GATEWAY_AUDIT_CLIENT_CA"):
+                 "GATEWAY_AUDIT_TLS_KEY_FILE", "GATEWAY_AUDIT_CLIENT_CA", "GATEWAY_TLS_CERT_FILE", "GATEWAY_TLS_KEY_FILE"):
         path = env[name]["value"]
         assert any(path.startswith(mount + "/") for mount in mounts), (name, path)
     assert volumes["audit-ca"]["secret"]["secretName"] == "apiserver-audit-client-ca"
     assert volumes["audit-tls"]["secret"]["secretName"] == "tenant-gateway-audit-tls"
+    assert volumes["tls"]["secret"]["secretName"] == "gateway-tls"
 
     # The Secret the chart made holds what its env points at.
     secret = rendered[("Secret", "tenant-gateway-settings")]["stringData"]
@@ -175,8 +182,7 @@ def test_defaults_take_the_database_and_session_from_secret_tenant_gateway(helm:
     assert env["GATEWAY_SESSION_SECRET"]["valueFrom"]["secretKeyRef"] == {"name": "tenant-gateway",
                                                                            "key": "session-secret"}
     assert deployment["spec"]["replicas"] == 3 and container["imagePullPolicy"] == "Never"
-    assert container["image"] == "localhost/tenant-gateway:" + yaml.safe_load(
-        (chart.CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == image_name(chart.REPO_ROOT)  # what `make image` builds and the node imports
     assert "GATEWAY_CLUSTERS" not in env and "GATEWAY_OIDC_PROVIDERS" not in env
     # The local cluster applies the cluster-wide objects itself (clusterResources.create: false).
     assert {kind for kind, _ in rendered} == {"ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget",

@@ -297,3 +297,27 @@ async def test_no_delete_may_read_a_secret_and_the_secret_aimed_at_is_deleted_af
            "ValidatingAdmissionPolicy tenant-gateway-confined (deploy/kubernetes/admission.yaml) is not in force " \
            "for this credential" in lines
     assert cluster.check_secrets == []
+
+
+@pytest.mark.parametrize("extra", [["--with-keycloak"], ["--clusters", "2"]])
+def test_dev_in_cluster_runs_one_cluster_without_keycloak(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Pods reach neither a Keycloak nor further control planes on the host's loopback."""
+    args = cli.parser().parse_args(["dev", "--in-cluster", *extra])
+    with pytest.raises(SystemExit) as exited:
+        cli.cmd_dev(cli.load({"GATEWAY_SESSION_SECRET": "s" * 40}), args)
+    assert exited.value.code == 2
+    assert "--in-cluster runs one cluster without Keycloak" in capsys.readouterr().err
+
+
+def test_no_session_secret_and_no_room_for_a_key_is_one_line(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """As in the image (a read-only root) without GATEWAY_SESSION_SECRET: one
+    line naming what to set, never a traceback. (Root writes through file
+    modes, so the data dir here is under a regular file.)"""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exited:
+        cli.load({"GATEWAY_DATA_DIR": str(blocker / "state")})
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "GATEWAY_SESSION_SECRET is not set" in err and "GATEWAY_DATA_DIR" in err, err

@@ -37,3 +37,8 @@ tenant-gateway-settings
 {name: {{ .Values.sessionSecret.existingSecret.name }}, key: {{ .Values.sessionSecret.existingSecret.key }}}
 {{- end }}
 {{- end }}
+
+{{/* The public listener's port name and probe scheme: https when the gateway serves TLS itself (values: tls). */}}
+{{- define "tenant-gateway.publicPort" -}}
+{{ ternary "https" "http" (ne .Values.tls.secretName "") }}
+{{- end }}
