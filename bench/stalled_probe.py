@@ -48,7 +48,11 @@ from proxy.passthrough.http1 import Pool
 from proxy.passthrough.relaying import _relay_stream
 from proxy.passthrough.stream_buffers import StreamBuffers
 
-_EVENT = b'{"type":"ADDED","object":{"data":"' + b"x" * (512 * 1024 - 40) + b'"}}\n'
+
+def _event(size: int) -> bytes:
+    """A watch event of about `size` bytes, one JSON line."""
+    return b'{"type":"ADDED","object":{"data":"' + b"x" * max(size - 40, 1) + b'"}}\n'
+
 _SETTLE_SECONDS = 10
 
 
@@ -65,12 +69,14 @@ def _heap() -> dict[str, int]:
     return {"in_use": int(info.uordblks) + int(info.hblkhd), "free": int(info.fordblks)}
 
 
-async def _api_server(port: int, folder: Path) -> None:
+async def _api_server(port: int, folder: Path, event_bytes: int) -> None:
+    event = _event(event_bytes)
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
         for _ in range(2):
-            writer.write(b"%x\r\n" % len(_EVENT) + _EVENT + b"\r\n")
+            writer.write(b"%x\r\n" % len(event) + event + b"\r\n")
             await writer.drain()
         await asyncio.sleep(3600)
 
@@ -163,6 +169,8 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--ports", type=int, nargs=2, default=(18543, 18544), help="the API server's, the relay's")
     parser.add_argument("--first", type=int, default=20, help="N: the first step (the second is 10N)")
+    parser.add_argument("--event-kib", type=int, default=512,
+                        help="each of the two initial events (512: the row's; 0: an idle watch's cost)")
     parser.add_argument("--trace", action="store_true", help="tracemalloc in the relay (the breakdown, not the RSS)")
     options = parser.parse_args()
     api_port, relay_port = options.ports
@@ -171,7 +179,7 @@ def main() -> None:
 
         if options.trace:
             tracemalloc.start()
-        serve = (_api_server(api_port, options.folder) if options.role == "api"
+        serve = (_api_server(api_port, options.folder, options.event_kib * 1024) if options.role == "api"
                  else _relay(relay_port, api_port, options.folder))
         uvloop.run(serve)
         return
@@ -180,7 +188,8 @@ def main() -> None:
         ca, ca_key = pki.make_ca("stalled-probe-ca")
         ca.write(folder, "ca")
         pki.issue(ca, ca_key, common_name="probe", server_hosts=("127.0.0.1",)).write(folder, "server")
-        command = [sys.executable, "-m", "bench.stalled_probe", "--folder", str(folder), "--ports", *map(str, options.ports)]
+        command = [sys.executable, "-m", "bench.stalled_probe", "--folder", str(folder), "--ports", *map(str, options.ports),
+                   "--event-kib", str(options.event_kib)]
         extra = ["--trace"] if options.trace else []
         processes = [subprocess.Popen([*command, "--role", "api"]),
                      subprocess.Popen([*command, "--role", "relay", *extra], env={**os.environ})]
