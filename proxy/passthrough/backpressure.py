@@ -35,9 +35,11 @@ STREAM_PIECE = 16 * 1024
 write whole into a buffer (OpenSSL's memory BIO) that keeps its largest size
 for the connection's life, so a stalled stream that once wrote 100 KiB kept
 about 130 KiB for it. One TLS record's worth."""
-ONE_PIECE = 2 * STREAM_READ_AHEAD
+ONE_PIECE = 4 * STREAM_READ_AHEAD
 """The most a stream that holds nothing may still take past the replica's
-ceiling: what its connection read ahead, and one read."""
+ceiling: what its connection read ahead and one read, and over TLS as much
+again that the TLS layer read and has not decrypted (its read limit and one
+read; http1._Connection.shrink_reads)."""
 
 
 class ClientFlow:

@@ -22,15 +22,12 @@ import pytest
 import uvloop
 from multidict import CIMultiDict
 
-from proxy.passthrough.backpressure import STREAM_PIECE, STREAM_READ_AHEAD
+from proxy.passthrough.backpressure import ONE_PIECE, STREAM_PIECE, STREAM_READ_AHEAD
 from proxy.passthrough.http1 import Answer, Pool
 
 _BODY = 64 * 1024 * 1024
 """More than every buffer between the two ends can take (loopback's socket buffers reach several MiB)."""
 _WRITE = 64 * 1024
-_HELD_AT_MOST = 4 * STREAM_READ_AHEAD
-"""The read-ahead, what the TLS layer may read on behind it (as much
-again), and one read of the socket on top of each."""
 
 LOOPS = pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop],
                                 ids=["asyncio", "uvloop"])
@@ -112,7 +109,7 @@ async def _stalled_answer(tls: tuple[ssl.SSLContext, Path], read_ahead: int | No
 def test_a_stalled_streams_tls_connection_holds_about_its_read_ahead(
         gateway_tls: tuple[ssl.SSLContext, Path], loop_factory: Callable[[], asyncio.AbstractEventLoop]) -> None:
     held = _run(loop_factory, _stalled_answer(gateway_tls, STREAM_READ_AHEAD))
-    assert 0 < held <= _HELD_AT_MOST, held
+    assert 0 < held <= ONE_PIECE, held
 
 
 @LOOPS
@@ -122,7 +119,7 @@ def test_an_ordinary_answer_unread_holds_more_than_a_stream_may(
     layer alone reads 256 KiB ahead of an answer nobody reads (the ordinary
     answer's own pause is 256 KiB more), and that is counted as held."""
     held = _run(loop_factory, _stalled_answer(gateway_tls, None))
-    assert held > 2 * _HELD_AT_MOST, held
+    assert held > 2 * ONE_PIECE, held
 
 
 async def test_a_stream_is_taken_in_pieces_no_larger_than_asked(gateway_tls: tuple[ssl.SSLContext, Path]) -> None:
