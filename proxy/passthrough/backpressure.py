@@ -27,12 +27,19 @@ STREAM_WRITE_HIGH = 64 * 1024
 STREAM_WRITE_LOW = 16 * 1024
 STREAM_READ_AHEAD = 32 * 1024
 """About what a stream's upstream connection reads ahead of its relay, and
-in one read (http1.Answer.read_ahead): the piece a stream that holds
+in one read (http1.Pool.request, `read_ahead`): the piece a stream that holds
 nothing may still read past the replica's ceiling. 32 KiB a round trip is
 ample for a watch or a log follow."""
-ONE_PIECE = 2 * STREAM_READ_AHEAD
+STREAM_PIECE = 16 * 1024
+"""The most one write to a stream's client carries: the TLS layer encrypts a
+write whole into a buffer (OpenSSL's memory BIO) that keeps its largest size
+for the connection's life, so a stalled stream that once wrote 100 KiB kept
+about 130 KiB for it. One TLS record's worth."""
+ONE_PIECE = 4 * STREAM_READ_AHEAD
 """The most a stream that holds nothing may still take past the replica's
-ceiling: what its connection read ahead, and one read."""
+ceiling: what its connection read ahead and one read, and over TLS as much
+again that the TLS layer read and has not decrypted (its read limit and one
+read; http1._Connection.shrink_reads)."""
 
 
 class ClientFlow:

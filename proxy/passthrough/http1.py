@@ -42,7 +42,7 @@ import re
 import socket
 import ssl
 import time
-from typing import AsyncIterable, Awaitable, Callable, TypeVar, cast
+from typing import AsyncIterable, Awaitable, Callable, Protocol, TypeVar, cast
 
 import httptools
 from multidict import CIMultiDict
@@ -184,24 +184,18 @@ class Answer:
 
     @property
     def buffered(self) -> int:
-        """Bytes of the body read from the API server and not yet taken."""
-        return self._buffered
-
-    def read_ahead(self, size: int) -> None:
-        """Read at most about `size` bytes ahead of the taker (a stream, whose
-        client may stop reading): the connection pauses past it, and its
-        socket's receive buffer is made as small, so one read is no larger.
-        The connection is not reused afterwards: its buffer stays small."""
-        self.pause_above = size
-        self._connection.shrink_reads(size)
+        """Bytes read from the API server and not yet taken: the body's
+        pieces, and what the TLS layer read and has not yet decrypted."""
+        return self._buffered + self._connection.tls_buffered()
 
     def hold(self) -> None:
         """Stop reading the connection now, whatever is buffered (a stream
         past the replica's ceiling); the next `read_chunk` reads on."""
         self._connection.pause()
 
-    async def read_chunk(self) -> bytes:
-        """The next piece of the body; b"" at its end. Raises if the answer broke off."""
+    async def read_chunk(self, limit: int | None = None) -> bytes:
+        """The next piece of the body, at most `limit` bytes if given; b"" at
+        its end. Raises if the answer broke off."""
         while not self._chunks:
             if self._error is not None:
                 raise self._error
@@ -214,6 +208,8 @@ class Answer:
                 await self._waiter
             finally:
                 self._waiter = None
+        if limit is not None and self._buffered > limit:
+            return self._take(limit)  # the rest stays for the next call; still paused if it was
         # Everything that has arrived, as one piece: the API server writes
         # large answers in chunks of a few KiB, and each piece read here
         # becomes a write (and a TLS record) towards the client.
@@ -222,6 +218,20 @@ class Answer:
         self._buffered = 0
         self._connection.resume()
         return chunk
+
+    def _take(self, size: int) -> bytes:
+        """The first `size` bytes of what has arrived."""
+        parts: list[bytes] = []
+        taken = 0
+        while taken < size:
+            part = self._chunks.popleft()
+            if taken + len(part) > size:
+                self._chunks.appendleft(part[size - taken:])
+                part = part[:size - taken]
+            parts.append(part)
+            taken += len(part)
+        self._buffered -= taken
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def read(self, limit: int) -> bytes:
         """The whole body, for answers the gateway reads itself."""
@@ -305,6 +315,21 @@ class Answer:
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+
+class _TlsReads(Protocol):
+    """A TLS transport's read-ahead (asyncio's and uvloop's): how much
+    ciphertext it reads from the socket while its protocol is not reading."""
+
+    def set_read_buffer_limits(self, high: int | None = None, low: int | None = None) -> None: ...
+
+    def get_read_buffer_size(self) -> int: ...
+
+
+def _tls_reads(transport: asyncio.Transport | None) -> _TlsReads | None:
+    if transport is None or transport.get_extra_info("ssl_object") is None:
+        return None
+    return cast(_TlsReads, transport)
 
 
 class _Connection(asyncio.Protocol):
@@ -430,8 +455,13 @@ class _Connection(asyncio.Protocol):
     # -- used by Pool and Answer -----------------------------------------
 
     def start(self, method: str, head: bytes, body: AsyncIterable[bytes] | None, content_length: int | None,
-              timeout: float | None) -> Answer:
+              timeout: float | None, read_ahead: int | None = None) -> Answer:
         answer = Answer(self, method)
+        if read_ahead is not None:
+            # Before the head goes out: the API server starts sending at once,
+            # and what one read takes is what the socket holds by then.
+            answer.pause_above = read_ahead
+            self.shrink_reads(read_ahead)
         self._answer = answer
         self._reason.clear()
         self._head_bytes = self._header_bytes = 0
@@ -485,10 +515,30 @@ class _Connection(asyncio.Protocol):
         self._transport.write(data)
 
     def shrink_reads(self, size: int) -> None:
+        """Read about `size` bytes at a time, and hold no more than that
+        unread: the socket's receive buffer made as small (what one read of
+        it can take), and the TLS layer's own read-ahead too (asyncio's and
+        uvloop's default to 256 KiB of ciphertext, read on after the answer
+        stops being read). Every buffer a read fills grows to that read and
+        keeps its pages for the connection's life (uvloop's 256 KiB read
+        buffer, OpenSSL's memory BIOs): with reads of 200 KiB a stalled watch
+        cost about 500 KiB. The connection is not reused afterwards: its
+        buffers stay small."""
         self._keep_alive = False
-        sock = self._transport.get_extra_info("socket") if self._transport is not None else None
+        transport = self._transport
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size // 2)  # Linux doubles it
+        tls = _tls_reads(transport)
+        if tls is not None:
+            tls.set_read_buffer_limits(high=size, low=size // 2)
+
+    def tls_buffered(self) -> int:
+        """Bytes the TLS layer read from the socket and has not decrypted for us (0 for plain TCP)."""
+        tls = _tls_reads(self._transport)
+        return tls.get_read_buffer_size() if tls is not None else 0
 
     def pause(self) -> None:
         if not self._paused and self._transport is not None:
@@ -642,17 +692,21 @@ class Pool:
 
     async def request(self, method: str, target: str, headers: CIMultiDict[str], *,
                       body: AsyncIterable[bytes] | None = None, content_length: int | None = None,
-                      timeout: float | None) -> Answer:
+                      timeout: float | None, read_ahead: int | None = None) -> Answer:
         """Send a request for `target` (path and query, below the server's own
         path if it has one) and return once the answer's status and headers are in.
 
         `timeout` bounds the whole exchange, body included (None: a watch).
+        `read_ahead` is for a stream, whose client may stop reading: its
+        connection reads at most about that much ahead of the taker, in reads
+        no larger (`_Connection.shrink_reads`), from before the request is
+        sent, and is not reused afterwards.
         Raises OSError subclasses (connection refused, lost) or TimeoutError
         when no answer came, UpstreamProtocolError when it was not HTTP.
         """
         head = request_head(method, self._prefix + target, self._host_header, headers, content_length,
                             body is not None)
-        return await self._exchange(method, head, body, content_length, timeout)
+        return await self._exchange(method, head, body, content_length, timeout, read_ahead)
 
     def get(self, target: str, fields: bytes, *, timeout: float) -> Awaitable[Answer]:
         """A GET without a body whose header lines come ready: `fields` is
@@ -664,10 +718,10 @@ class Pool:
         return self._exchange("GET", head, None, None, timeout)
 
     async def _exchange(self, method: str, head: bytes, body: AsyncIterable[bytes] | None,
-                        content_length: int | None, timeout: float | None) -> Answer:
+                        content_length: int | None, timeout: float | None, read_ahead: int | None = None) -> Answer:
         while True:
             connection, reused = await self._acquire()
-            answer = connection.start(method, head, body, content_length, timeout)
+            answer = connection.start(method, head, body, content_length, timeout, read_ahead)
             try:
                 await answer._head
                 return answer

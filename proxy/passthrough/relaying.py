@@ -18,7 +18,7 @@ from typing import Any, Awaitable
 from aiohttp import web
 
 from provisioning.errors import UpstreamError
-from proxy.passthrough.backpressure import STREAM_READ_AHEAD, ClientFlow
+from proxy.passthrough.backpressure import STREAM_PIECE, STREAM_READ_AHEAD, ClientFlow
 from proxy.passthrough.framing import EventBoundary
 from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
 from proxy.passthrough.http1 import BROKEN_OFF, Answer
@@ -61,6 +61,7 @@ def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, 
         body=request.content.iter_chunked(_CHUNK) if has_body else None,
         content_length=request.content_length if has_body else None,
         timeout=None if decision.long_running else upstream.timeout,
+        read_ahead=STREAM_READ_AHEAD if decision.long_running else None,
     )
 
 
@@ -127,11 +128,10 @@ async def _relay_stream(request: web.Request, upstream: Answer, stream: Stream, 
                                   headers=downstream_response_headers(upstream.headers))
     await response.prepare(request)
     assert request.transport is not None and request.protocol is not None  # prepared: the client is there
-    upstream.read_ahead(STREAM_READ_AHEAD)
     flow = ClientFlow(request.transport, request.protocol, relay.streams.buffers)
     boundary = EventBoundary(upstream.headers.get("Content-Type", ""))
     try:
-        while chunk := await upstream.read_chunk():
+        while chunk := await upstream.read_chunk(STREAM_PIECE):
             boundary.feed(chunk)  # before the write: write() queues all of it before it can be interrupted
             if flow.fills_up(len(chunk)):
                 # aiohttp's write waits for the client once its buffer is over
