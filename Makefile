@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed
 
 CHROMIUM := /usr/bin/chromium
 IPTABLES := /usr/sbin/iptables
+NGINX    := /usr/sbin/nginx
 
 .PHONY: run test test-pure test-component test-cluster lint bench bench-scale cluster-binaries service-binaries helm-binary image keycloak-dist manifests clean
 
@@ -31,6 +32,14 @@ $(IPTABLES):
 	@command -v apt-get >/dev/null || { echo "the local cluster's kube-proxy needs iptables at $(IPTABLES); install it"; exit 1; }
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null 2>&1 || \
 	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null; }
+
+# The benchmark's nginx reference relay (bench/stack.py start_references) and
+# the rolling restart's balancer (bench/rolling.py) are Debian's nginx-light.
+# Installed only when missing; without it the run has no nginx column.
+$(NGINX):
+	@command -v apt-get >/dev/null || { echo "make bench needs nginx at $(NGINX) (Debian: nginx-light); install it"; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null 2>&1 || \
+	  { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null; }
 
 # Helm 3 for the chart's tests (tests/component/test_helm_chart.py, and in the
 # cluster ring test_helm_chart_install.py and test_team_tools.py), built the
@@ -102,7 +111,7 @@ test-component: $(STAMP) helm-binary
 test-cluster: $(STAMP) cluster-binaries service-binaries helm-binary image keycloak-dist $(CHROMIUM) $(IPTABLES)
 	$(BIN)/pytest -p no:cacheprovider tests/integration tests/attacks tests/browser
 
-bench: $(STAMP) cluster-binaries service-binaries keycloak-dist $(IPTABLES)
+bench: $(STAMP) cluster-binaries service-binaries keycloak-dist $(IPTABLES) $(NGINX)
 	$(BIN)/python -m bench
 
 # Issue 41's scale run (bench/workloads/scale.py): 100, 1,000 and 10,000

@@ -12,10 +12,22 @@ import sys
 from typing import Any, Callable, Coroutine
 
 from bench.record import report_alone
-from bench.stack import Stack, temp_root
+from bench.stack import Stack, Tenant, temp_root
 from bench.workloads.common import QUICK
 
 Workload = Callable[[Stack], Coroutine[Any, Any, dict[str, Any]]]
+TenantWorkload = Callable[[Stack, Tenant], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def with_tenant(workload: TenantWorkload) -> Workload:
+    """A row measured as one tenant, given a tenant of its own (registered,
+    logged in and onboarded through the stack's gateway) before it runs."""
+    async def run(stack: Stack) -> dict[str, Any]:
+        async with stack.session() as session:
+            tenant = await stack.new_tenant(session)
+        return await workload(stack, tenant)
+
+    return run
 
 
 def run_alone(name: str, workload: Workload, verdicts: Callable[[dict[str, Any]], list[tuple[str, str, bool]]],

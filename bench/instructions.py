@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,41 +157,51 @@ def measure_floor(stack: Stack, tenant: Tenant) -> float:
         process.wait(60)
 
 
-def member_alone() -> None:
-    """Issue 36's member row on a stack of its own, kept in results/member-get.json."""
-    from bench.alone import run_alone
-    from bench.workloads.members import member_get, member_verdicts, print_member
-
-    async def run(stack: Stack) -> dict[str, Any]:
-        async with stack.session() as session:
-            tenant = await stack.new_tenant(session)
-        return await member_get(stack, tenant)
-
-    run_alone("member-get", run, member_verdicts, print_member)
+def instruction_summary(blocks: dict[str, list[float]], first: str, second: str) -> dict[str, Any]:
+    """An A/B row's per-GET figures and its verdict's ratio (`second` over
+    `first`, means of their blocks) from each side's callgrind blocks. Pure."""
+    if not blocks.get(first) or not blocks.get(second):
+        raise ValueError("both sides need at least one block")
+    a, b = statistics.fmean(blocks[first]), statistics.fmean(blocks[second])
+    return {"per_get_blocks": blocks, f"{first}_per_get": a, f"{second}_per_get": b, f"{second}_vs_{first}": b / a}
 
 
-def fleet_alone() -> None:
-    """Issue 38's row on a stack of its own, kept in results/fleet-get.json."""
-    from bench.alone import run_alone
-    from bench.workloads.fleet import fleet_get, fleet_verdicts, print_fleet
+def print_ab(title: str, r: dict[str, Any], first: str, second: str) -> None:
+    """An A/B row's table (bench/workloads/members.py: owner and member;
+    fleet.py: one cluster and two): instructions per GET in callgrind blocks,
+    the verdict's figure, then CPU per GET from /proc in timed pairs, context."""
+    i, c = r["instructions"], r["cpu"]
+    ratio = f"{second}_vs_{first}"
+    print(f"\n{title}")
+    print(f"  instructions/GET (callgrind, {i['requests_per_block']} GETs per block, {' '.join(i['order'])})")
+    for name in (first, second):
+        blocks = ", ".join(f"{b:,.0f}" for b in i["per_get_blocks"][name])
+        print(f"  {name:<18} {i[f'{name}_per_get']:>10,.0f}   blocks: {blocks}")
+    print(f"  {f'{second} / {first}':<18} {i[ratio]:.4f}x")
+    print(f"  context, CPU per GET (/proc, {c['pairs']} pairs of {c['block_requests']}): "
+          f"{first} {c[f'{first}_ms_per_get']:.3f} ms, {second} {c[f'{second}_ms_per_get']:.3f} ms, "
+          f"{second} / {first} {c[ratio]:.3f}x (p50 {c[f'p50_{ratio}']:.3f}x)")
 
-    async def run(stack: Stack) -> dict[str, Any]:
-        async with stack.session() as session:
-            tenant = await stack.new_tenant(session)
-        return await fleet_get(stack, tenant)
 
-    run_alone("fleet-get", run, fleet_verdicts, print_fleet)
+def _ab_alone(flag: str) -> None:
+    """Issue 36's member row (--member, results/member-get.json) or issue
+    38's fleet row (--clusters, results/fleet-get.json) on a stack of its own."""
+    from bench.alone import run_alone, with_tenant
+    from bench.workloads import fleet, members
+
+    if flag == "--member":
+        run_alone("member-get", with_tenant(members.member_get), members.member_verdicts, members.print_member)
+    else:
+        run_alone("fleet-get", with_tenant(fleet.fleet_get), fleet.fleet_verdicts, fleet.print_fleet)
 
 
 def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("bench.instructions needs valgrind (Debian: apt-get install valgrind)")
-    if "--member" in sys.argv[1:]:
-        member_alone()
-        return
-    if "--clusters" in sys.argv[1:]:
-        fleet_alone()
-        return
+    for flag in ("--member", "--clusters"):
+        if flag in sys.argv[1:]:
+            _ab_alone(flag)
+            return
     floor = "--floor" in sys.argv[1:]
     revisions = [argument for argument in sys.argv[1:] if argument != "--floor"]
     stack = Stack(temp_root())

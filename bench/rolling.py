@@ -13,30 +13,29 @@ other replica.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from bench.stack import Stack, Tenant, start_nginx, wait_for_port
+from bench.stack import NGINX, Stack, Tenant, find_nginx, start_nginx, wait_for_port
 from devstack.processes import free_port
 
 
 def nginx_binary() -> str:
-    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
+    """The balancer needs nginx: run without `make bench` (which installs it), it installs it itself."""
+    found = find_nginx()
     if found:
         return found
     subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=False, capture_output=True,
                    env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-    if not Path("/usr/sbin/nginx").exists():
+    if not NGINX.exists():
         subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
         subprocess.run(["apt-get", "install", "-y", "-qq", "nginx-light"], check=True, capture_output=True,
                        env={"DEBIAN_FRONTEND": "noninteractive", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-    return "/usr/sbin/nginx"
+    return str(NGINX)
 
 
 def _balancer(stack: Stack, ports: list[int]) -> tuple[subprocess.Popen[bytes], int]:

@@ -43,6 +43,7 @@ import yaml
 
 from bench.paired_load import WARM_UP
 from bench.stack import Stack, run_load, stop_process, temp_root
+from bench.workloads.common import paired_ratio
 from devstack.keycloak import LocalKeycloak, ensure_distribution, java_home, start_keycloak
 from proxy.cli.client import store
 
@@ -129,13 +130,6 @@ def _difference(after: dict[str, int], before: dict[str, int]) -> dict[str, int]
 
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def paired_ratio(baseline: list[float], other: list[float]) -> float:
-    """The median over pairs of blocks of other / baseline. Each pair ran
-    back to back, so a burst of background load is in both of its halves;
-    a median of each side's blocks would leave it in whichever side it hit."""
-    return statistics.median(b / a for a, b in zip(baseline, other, strict=True))
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -36,6 +36,15 @@ PASSWORD = "benchmark passphrase 1"
 
 
 
+NGINX = Path("/usr/sbin/nginx")
+"""Where Debian's nginx-light puts it (`make bench` installs it when missing)."""
+
+
+def find_nginx() -> str | None:
+    """nginx on PATH, or where Debian puts it (/usr/sbin is not on every PATH)."""
+    return shutil.which("nginx") or (str(NGINX) if NGINX.exists() else None)
+
+
 def start_nginx(directory: Path, http_block: str, binary: str) -> subprocess.Popen[bytes]:
     """One nginx worker in the foreground, everything it writes in `directory`."""
     (directory / "nginx.conf").write_text(f"""
@@ -225,7 +234,8 @@ class Stack:
     def start_references(self, tenant: Tenant) -> None:
         """Go's reverse proxy and nginx (TLS on both legs, the tenant's token
         attached, like the floor relay) and a plain TCP hop. nginx is used
-        when installed (Debian: nginx-light); the others need only Go, which
+        when installed (`make bench` installs Debian's nginx-light when
+        missing); the others need only Go, which
         the local control plane's build needs anyway."""
         assert self.cluster is not None
         cert, key = (str(path) for path in self.tls_files)
@@ -247,9 +257,10 @@ class Stack:
                                            stderr=open(self.root / f"{name}.log", "wb"))
                 wait_for_port(port, name)
                 self.references[name] = Reference(f"https://127.0.0.1:{port}", headers, ca, process)
-        nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if Path(p).exists()), None)
+        nginx = find_nginx()
         if nginx is None:
-            self.missing_references["nginx"] = "nginx is not installed (Debian: apt-get install nginx-light)"
+            self.missing_references["nginx"] = (f"nginx is not installed (`make bench` installs Debian's nginx-light"
+                                                f" at {NGINX})")
             return
         port = free_port()
         directory = self.root / "nginx"

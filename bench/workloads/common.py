@@ -7,13 +7,12 @@ import asyncio
 import os
 import random
 import statistics
-from typing import Any
+from typing import Any, Sequence
 
 import aiohttp
 
 from bench.stack import Stack, Tenant
 from proxy.server.heap import TRIM_INTERVAL_SECONDS
-
 
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 ROUNDS = 2 if QUICK else 5
@@ -25,6 +24,14 @@ HEAP_TRIM_WAIT = TRIM_INTERVAL_SECONDS + 5
 
 def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
+
+
+def paired_ratio(baseline: Sequence[float], other: Sequence[float]) -> float:
+    """The median over pairs of blocks of other / baseline. Each pair ran
+    back to back, so a burst of background load is in both of its halves;
+    a median of each side's blocks would leave it in whichever side it hit.
+    Pure."""
+    return statistics.median(b / a for a, b in zip(baseline, other, strict=True))
 
 
 def pct(values: list[float], q: float) -> float:

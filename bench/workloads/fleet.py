@@ -41,12 +41,12 @@ import statistics
 import subprocess
 import urllib.request
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from bench.instructions import WARM_UP, count_block, valgrind_wrapper
+from bench.instructions import WARM_UP, count_block, instruction_summary, print_ab, valgrind_wrapper
 from bench.paired_load import cpu_seconds
 from bench.stack import Stack, Tenant, run_load
-from bench.workloads.common import QUICK, create_configmaps
+from bench.workloads.common import QUICK, create_configmaps, paired_ratio
 from devstack.cluster import LocalCluster, start_further_cluster
 from devstack.fleet import FIRST_CLUSTER, Member, further_name, write_clusters_file
 
@@ -65,21 +65,6 @@ def pair_order(pair: int) -> tuple[str, str]:
     """Which configuration goes first in the `pair`th pair of timed blocks:
     alternating, so neither always has the warmer caches. Pure."""
     return ("one", "two") if pair % 2 == 0 else ("two", "one")
-
-
-def instruction_summary(blocks: dict[str, list[float]]) -> dict[str, Any]:
-    """Per-GET figures and the verdict's ratio (two over one, sums of their
-    blocks) from each configuration's blocks. Pure."""
-    if not blocks.get("one") or not blocks.get("two"):
-        raise ValueError("both configurations need at least one block")
-    one, two = statistics.fmean(blocks["one"]), statistics.fmean(blocks["two"])
-    return {"per_get_blocks": blocks, "one_per_get": one, "two_per_get": two, "two_vs_one": two / one}
-
-
-def median_pair_ratio(one: Sequence[float], two: Sequence[float]) -> float:
-    """The median over pairs of blocks of two / one (each pair ran back to
-    back, so a burst of background load falls in both halves). Pure."""
-    return statistics.median(b / a for a, b in zip(one, two, strict=True))
 
 
 def _files(stack: Stack, second: LocalCluster) -> dict[str, Path]:
@@ -147,7 +132,7 @@ def _callgrind(stack: Stack, tenant: Tenant, files: dict[str, Path], requests: i
         print(f"callgrind dumps: {', '.join(str(d) for d in dumps.values())}")
     finally:
         _stop(gateways)
-    return {"requests_per_block": requests, "order": ORDER, **instruction_summary(blocks)}
+    return {"requests_per_block": requests, "order": ORDER, **instruction_summary(blocks, "one", "two")}
 
 
 def _cpu(stack: Stack, tenant: Tenant, files: dict[str, Path], pairs: int, block_requests: int) -> dict[str, Any]:
@@ -171,9 +156,9 @@ def _cpu(stack: Stack, tenant: Tenant, files: dict[str, Path], pairs: int, block
         _stop(gateways)
     return {"pairs": pairs, "block_requests": block_requests,
             "one_ms_per_get": statistics.median(ms["one"]), "two_ms_per_get": statistics.median(ms["two"]),
-            "two_vs_one": median_pair_ratio(ms["one"], ms["two"]),
+            "two_vs_one": paired_ratio(ms["one"], ms["two"]),
             "one_p50_ms": statistics.median(p50["one"]), "two_p50_ms": statistics.median(p50["two"]),
-            "p50_two_vs_one": median_pair_ratio(p50["one"], p50["two"])}
+            "p50_two_vs_one": paired_ratio(p50["one"], p50["two"])}
 
 
 async def fleet_get(stack: Stack, tenant: Tenant, *, pairs: int = PAIRS, block_requests: int = BLOCK_REQUESTS,
@@ -197,14 +182,5 @@ def fleet_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 
 def print_fleet(r: dict[str, Any]) -> None:
-    i, c = r["instructions"], r["cpu"]
-    print(f"\nfleet GET             one: {', '.join(r['clusters']['one'])}; two: {', '.join(r['clusters']['two'])}"
-          f" (the second started in {r['second_cluster_start_s']} s)")
-    print(f"  instructions/GET (callgrind, {i['requests_per_block']} GETs per block, {' '.join(i['order'])})")
-    for name in ("one", "two"):
-        blocks = ", ".join(f"{b:,.0f}" for b in i["per_get_blocks"][name])
-        print(f"  {name:<18} {i[f'{name}_per_get']:>10,.0f}   blocks: {blocks}")
-    print(f"  two / one          {i['two_vs_one']:.4f}x")
-    print(f"  context, CPU per GET (/proc, {c['pairs']} pairs of {c['block_requests']}): "
-          f"one {c['one_ms_per_get']:.3f} ms, two {c['two_ms_per_get']:.3f} ms, "
-          f"two / one {c['two_vs_one']:.3f}x (p50 {c['p50_two_vs_one']:.3f}x)")
+    print_ab(f"fleet GET             one: {', '.join(r['clusters']['one'])}; two: {', '.join(r['clusters']['two'])}"
+             f" (the second started in {r['second_cluster_start_s']} s)", r, "one", "two")

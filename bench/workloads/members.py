@@ -40,13 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import asyncpg
 
-from bench.instructions import count_blocks, valgrind_wrapper
-from bench.sso import paired_ratio
+from bench.instructions import count_blocks, instruction_summary, print_ab, valgrind_wrapper
 from bench.stack import Stack, Tenant, run_load
-from bench.workloads.common import QUICK, create_configmaps
+from bench.workloads.common import QUICK, create_configmaps, paired_ratio
 from provisioning import roles
 from provisioning.db import members as member_rows
 from provisioning.models import AuditEvent, Role
@@ -137,10 +135,7 @@ def _callgrind(stack: Stack, tenant: Tenant, member: Member, requests: int) -> d
     finally:
         process.terminate()
         process.wait(60)
-    return {"requests_per_block": requests, "order": ORDER, "per_get_blocks": counts,
-            "owner_per_get": sum(counts["owner"]) / len(counts["owner"]),
-            "member_per_get": sum(counts["member"]) / len(counts["member"]),
-            "member_vs_owner": sum(counts["member"]) / sum(counts["owner"])}
+    return {"requests_per_block": requests, "order": ORDER, **instruction_summary(counts, "owner", "member")}
 
 
 async def member_get(stack: Stack, tenant: Tenant, *, pairs: int = PAIRS, block_requests: int = BLOCK_REQUESTS,
@@ -174,13 +169,4 @@ def member_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 
 def print_member(r: dict[str, Any]) -> None:
-    i, c = r["instructions"], r["cpu"]
-    print(f"\nmember GET            {r['role']} member, account {r.get('account', '-')}")
-    print(f"  instructions/GET (callgrind, {i['requests_per_block']} GETs per block, {' '.join(i['order'])})")
-    for name in ("owner", "member"):
-        blocks = ", ".join(f"{b:,.0f}" for b in i["per_get_blocks"][name])
-        print(f"  {name:<18} {i[f'{name}_per_get']:>10,.0f}   blocks: {blocks}")
-    print(f"  member / owner     {i['member_vs_owner']:.4f}x")
-    print(f"  context, the gateway's CPU per GET (/proc, {c['pairs']} pairs of {c['block_requests']}): "
-          f"owner {c['owner_ms_per_get']:.3f} ms, member {c['member_ms_per_get']:.3f} ms, "
-          f"member / owner {c['member_vs_owner']:.3f}x (p50 {c['p50_member_vs_owner']:.3f}x)")
+    print_ab(f"member GET            {r['role']} member, account {r.get('account', '-')}", r, "owner", "member")

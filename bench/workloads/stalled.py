@@ -127,13 +127,7 @@ def print_stalled(r: dict[str, Any]) -> None:
           f"({r['kib_per_added_stalled_reader']:.0f} KiB per added reader)")
 
 
-async def _standalone(stack: Stack) -> dict[str, Any]:
-    async with stack.session() as session:
-        tenant = await stack.new_tenant(session)
-    return await stalled_readers(stack, tenant)
-
-
 if __name__ == "__main__":
-    from bench.alone import run_alone
+    from bench.alone import run_alone, with_tenant
 
-    run_alone("stalled-readers", _standalone, stalled_verdicts, print_stalled)
+    run_alone("stalled-readers", with_tenant(stalled_readers), stalled_verdicts, print_stalled)

@@ -8,12 +8,12 @@ import math
 
 import pytest
 
+from bench.instructions import instruction_summary
+from bench.workloads.common import paired_ratio
 from bench.workloads.fleet import (
     ORDER,
     TOLERANCE,
     fleet_verdicts,
-    instruction_summary,
-    median_pair_ratio,
     pair_order,
 )
 
@@ -27,7 +27,7 @@ def test_timed_pairs_alternate_which_configuration_goes_first() -> None:
 
 
 def test_the_summary_compares_the_means_of_each_configurations_blocks() -> None:
-    got = instruction_summary({"one": [400_000.0, 402_000.0], "two": [404_000.0, 406_000.0]})
+    got = instruction_summary({"one": [400_000.0, 402_000.0], "two": [404_000.0, 406_000.0]}, "one", "two")
     assert got["one_per_get"] == 401_000.0 and got["two_per_get"] == 405_000.0
     assert math.isclose(got["two_vs_one"], 405_000 / 401_000)
     assert got["per_get_blocks"]["two"] == [404_000.0, 406_000.0]
@@ -35,14 +35,14 @@ def test_the_summary_compares_the_means_of_each_configurations_blocks() -> None:
 
 def test_a_summary_without_blocks_of_both_configurations_is_refused() -> None:
     with pytest.raises(ValueError):
-        instruction_summary({"one": [400_000.0], "two": []})
+        instruction_summary({"one": [400_000.0], "two": []}, "one", "two")
 
 
 def test_the_cpu_ratio_is_the_median_of_each_pairs_ratio_not_a_ratio_of_medians() -> None:
     # One pair hit by background load in both halves: it cannot move the median.
-    assert math.isclose(median_pair_ratio([1.0, 1.0, 5.0], [1.02, 1.01, 5.5]), 1.02)
+    assert math.isclose(paired_ratio([1.0, 1.0, 5.0], [1.02, 1.01, 5.5]), 1.02)
     with pytest.raises(ValueError):
-        median_pair_ratio([1.0], [1.0, 2.0])
+        paired_ratio([1.0], [1.0, 2.0])
 
 
 @pytest.mark.parametrize(("ratio", "ok"), [(1.0, True), (TOLERANCE, True), (1.051, False), (0.97, True)])
