@@ -154,6 +154,34 @@ async def _fan_out(stack: Stack, tenant: Tenant, crowds: list[CrowdProcess], wat
     return summary
 
 
+def resident_by_kind(smaps: str) -> dict[str, float]:
+    """Resident MiB of a process's mappings (/proc/PID/smaps) by kind: glibc's
+    main heap ([heap]: C allocations, OpenSSL's and uvloop's buffers among
+    them), anonymous mappings (pymalloc's arenas, glibc's thread arenas and
+    its largest chunks) and everything else (files, stacks). What stays
+    resident after the watches close says which allocator keeps it. Pure."""
+    kinds = {"heap_mib": 0.0, "anonymous_mib": 0.0, "other_mib": 0.0}
+    kind = "other_mib"
+    for line in smaps.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's first line
+            name = fields[5] if len(fields) > 5 else ""
+            kind = "heap_mib" if name == "[heap]" else "anonymous_mib" if not name else "other_mib"
+        elif fields[0] == "Rss:":
+            kinds[kind] += int(fields[1]) / 1024
+    return kinds
+
+
+def _gateway_sample(stack: Stack, watches: int | None = None) -> dict[str, Any]:
+    process = stack.gateway_process()
+    with open(f"/proc/{process.pid}/smaps") as smaps:
+        kinds = resident_by_kind(smaps.read())
+    sample: dict[str, Any] = {"rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds(), **kinds}
+    return sample if watches is None else {"watches": watches, **sample}
+
+
 def _process_figures(pid: int) -> dict[str, float]:
     process = psutil.Process(pid)
     return {"rss_mib": process.memory_info().rss / 2**20, "fds": process.num_fds()}
@@ -171,7 +199,7 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
     path = f"/api/v1/namespaces/{tenant.namespace}/configmaps?watch=1&labelSelector=bench%3Dfanout"
 
     await asyncio.sleep(SETTLE_SECONDS)
-    cold = {"rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()}
+    cold = _gateway_sample(stack)
     # A replica in service has opened watches before: the baseline is taken
     # after a few, closed and trimmed away, so that what the first watch
     # through a fresh process loads for good (modules, the upstream TLS
@@ -182,7 +210,7 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
     finally:
         await warm.close()
     await asyncio.sleep(HEAP_TRIM_WAIT)
-    baseline = {"watches": 0, "rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()}
+    baseline = _gateway_sample(stack, 0)
     fd_limit = stack.gateway_process().rlimit(psutil.RLIMIT_NOFILE)[0]
     count = watch_capacity(fd_limit, int(baseline["fds"]), SCALE)
     apiserver_before = _process_figures(apiserver)
@@ -197,14 +225,14 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
                 refused[status] = refused.get(status, 0) + n
             opening_s += time.monotonic() - began
             await asyncio.sleep(SETTLE_SECONDS)
-            samples.append({"watches": step, "rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()})
+            samples.append(_gateway_sample(stack, step))
         apiserver_through_gateway = _process_figures(apiserver)
         delivery = await delivery_latency(stack, targets)
         fan_out = await _fan_out(stack, tenant, crowds, count, "gateway")
     finally:
         await asyncio.gather(*(c.close() for c in crowds))
     await asyncio.sleep(HEAP_TRIM_WAIT)
-    after_close = {"rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds()}
+    after_close = _gateway_sample(stack)
 
     crowds = [await CrowdProcess.start(direct_base + path, direct_headers, direct_ca) for _ in range(CROWDS)]
     try:
@@ -236,7 +264,7 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
 
 def scale_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
     d, fan = r["delivery"], r["fan_out"]["gateway"]
-    added = d["gateway"]["p99_ms"] - d["direct"]["p99_ms"]
+    added = d["gateway"]["added_p99_ms"]
     received = d["gateway"]["received"] + fan["received"]
     expected = d["gateway"]["expected"] + fan["expected"]
     baseline, after = r["samples"][0]["rss_mib"], r["after_close"]["rss_mib"]
@@ -246,25 +274,31 @@ def scale_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         (f"<= {KIB_PER_WATCH} KiB RSS per watch", f"{r['kib_rss_per_watch']:.0f} KiB", r["kib_rss_per_watch"] <= KIB_PER_WATCH),
         (f"<= {FDS_PER_WATCH:.0f} descriptors per watch", f"{r['fds_per_watch']:.3f}",
          r["fds_per_watch"] <= FDS_PER_WATCH + 0.005),
-        (f"added delivery p99 <= {ADDED_P99_MS:.0f} ms, all open", f"{added:.2f} ms", added <= ADDED_P99_MS),
+        (f"added delivery p99 <= {ADDED_P99_MS:.0f} ms (by event), all open", f"{added:.2f} ms", added <= ADDED_P99_MS),
         ("no event lost (delivery + fan-out)", f"{received:,}/{expected:,}", received == expected),
         (f"RSS after close within {BASELINE_SLACK_MIB:.0f} MiB of baseline", f"{baseline:.0f} -> {after:.0f} MiB",
          after - baseline <= BASELINE_SLACK_MIB),
     ]
 
 
+def _kinds(sample: dict[str, Any]) -> str:
+    return (f"RSS {sample['rss_mib']:7.1f} MiB ([heap] {sample.get('heap_mib', 0):6.1f}, anonymous "
+            f"{sample.get('anonymous_mib', 0):6.1f}), {sample['fds']:>6} fds")
+
+
 def print_scale(r: dict[str, Any]) -> None:
     print(f"\n{r['watches']:,} watches (asked {r['asked']:,}; gateway fd limit {r['gateway_fd_limit']:,}), "
           f"{r['crowds']} crowd processes, opened at {r['opened_per_s'] or 0:.0f}/s, refused then retried "
           f"{r['refused_then_retried']}")
-    print(f"  cold start:    RSS {r['cold_start']['rss_mib']:7.1f} MiB, {r['cold_start']['fds']:>6} fds "
-          f"(then {r['warm_up_watches']} watches opened and closed)")
+    print(f"  cold start:    {_kinds(r['cold_start'])} (then {r['warm_up_watches']} watches opened and closed)")
     for sample in r["samples"]:
-        print(f"  {sample['watches']:>6} watches: RSS {sample['rss_mib']:7.1f} MiB, {sample['fds']:>6} fds")
-    print(f"  after close:   RSS {r['after_close']['rss_mib']:7.1f} MiB, {r['after_close']['fds']:>6} fds")
+        print(f"  {sample['watches']:>6} watches: {_kinds(sample)}")
+    print(f"  after close:   {_kinds(r['after_close'])}")
     for target, v in r["delivery"].items():
+        paired = f"  added by event p50 {v['added_p50_ms']:.2f} ms p99 {v['added_p99_ms']:.2f} ms" \
+            if "added_p99_ms" in v else ""
         print(f"  delivery {target:<8} p50 {v['p50_ms']:6.2f} ms  p99 {v['p99_ms']:6.2f} ms  "
-              f"{v['received']}/{v['expected']}")
+              f"{v['received']}/{v['expected']}{paired}")
     for target, v in r["fan_out"].items():
         print(f"  fan-out  {target:<8} p50 {v['p50_ms']:7.1f} ms  p99 {v['p99_ms']:7.1f} ms  max {v['max_ms']:7.1f} ms"
               f"  {v['received']:,}/{v['expected']:,} (ended early: {v['watches_ended_early']})")
