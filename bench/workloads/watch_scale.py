@@ -174,11 +174,18 @@ def resident_by_kind(smaps: str) -> dict[str, float]:
     return kinds
 
 
-def _gateway_sample(stack: Stack, watches: int | None = None) -> dict[str, Any]:
+async def _gateway_sample(stack: Stack, watches: int | None = None) -> dict[str, Any]:
+    """RSS (by allocator), descriptors, and the gateway's own count of open
+    streams and live asyncio tasks: after a close, memory kept with no task
+    or stream left is the allocator's, not a leak."""
     process = stack.gateway_process()
     with open(f"/proc/{process.pid}/smaps") as smaps:
         kinds = resident_by_kind(smaps.read())
-    sample: dict[str, Any] = {"rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds(), **kinds}
+    async with stack.session() as session:
+        streams = await stack.metric(session, "tenant_gateway_proxy_open_streams")
+        tasks = await stack.metric(session, "tenant_gateway_event_loop_tasks")
+    sample: dict[str, Any] = {"rss_mib": stack.gateway_rss_mib(), "fds": stack.gateway_fds(), **kinds,
+                              "open_streams": streams, "tasks": tasks}
     return sample if watches is None else {"watches": watches, **sample}
 
 
@@ -199,7 +206,7 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
     path = f"/api/v1/namespaces/{tenant.namespace}/configmaps?watch=1&labelSelector=bench%3Dfanout"
 
     await asyncio.sleep(SETTLE_SECONDS)
-    cold = _gateway_sample(stack)
+    cold = await _gateway_sample(stack)
     # A replica in service has opened watches before: the baseline is taken
     # after a few, closed and trimmed away, so that what the first watch
     # through a fresh process loads for good (modules, the upstream TLS
@@ -210,7 +217,7 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
     finally:
         await warm.close()
     await asyncio.sleep(HEAP_TRIM_WAIT)
-    baseline = _gateway_sample(stack, 0)
+    baseline = await _gateway_sample(stack, 0)
     fd_limit = stack.gateway_process().rlimit(psutil.RLIMIT_NOFILE)[0]
     count = watch_capacity(fd_limit, int(baseline["fds"]), SCALE)
     apiserver_before = _process_figures(apiserver)
@@ -225,14 +232,14 @@ async def watch_scale(stack: Stack) -> dict[str, Any]:
                 refused[status] = refused.get(status, 0) + n
             opening_s += time.monotonic() - began
             await asyncio.sleep(SETTLE_SECONDS)
-            samples.append(_gateway_sample(stack, step))
+            samples.append(await _gateway_sample(stack, step))
         apiserver_through_gateway = _process_figures(apiserver)
         delivery = await delivery_latency(stack, targets)
         fan_out = await _fan_out(stack, tenant, crowds, count, "gateway")
     finally:
         await asyncio.gather(*(c.close() for c in crowds))
     await asyncio.sleep(HEAP_TRIM_WAIT)
-    after_close = _gateway_sample(stack)
+    after_close = await _gateway_sample(stack)
 
     crowds = [await CrowdProcess.start(direct_base + path, direct_headers, direct_ca) for _ in range(CROWDS)]
     try:
@@ -283,7 +290,8 @@ def scale_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
 
 def _kinds(sample: dict[str, Any]) -> str:
     return (f"RSS {sample['rss_mib']:7.1f} MiB ([heap] {sample.get('heap_mib', 0):6.1f}, anonymous "
-            f"{sample.get('anonymous_mib', 0):6.1f}), {sample['fds']:>6} fds")
+            f"{sample.get('anonymous_mib', 0):6.1f}), {sample['fds']:>6} fds, {sample.get('open_streams', 0):>6.0f} streams, "
+            f"{sample.get('tasks', 0):>6.0f} tasks")
 
 
 def print_scale(r: dict[str, Any]) -> None:
