@@ -7,7 +7,8 @@ arrival is stamped when its bytes reach the process.
 Talks over stdin/stdout, one JSON object per line:
   in:  {"url", "headers", "ca_file"}          the watch every member opens
   in:  {"open": N}   open watches until N are open; out: {"open": N, "refused": {status: count}}
-  in:  {"report": true}  out: {"arrivals": {name: [perf_counter, ...]}, "open": n, "ended": n}
+  in:  {"report": true}  out: {"arrivals": {name: [perf_counter, ...]}, "open": n, "ended": n,
+                               "cpu_s": this process's CPU seconds so far}
   in:  {"close": true}   close every watch, then exit
 
 Arrival times are time.perf_counter() (CLOCK_MONOTONIC on Linux: the same
@@ -125,7 +126,7 @@ class Crowd:
 
     def report(self) -> dict[str, Any]:
         return {"arrivals": self.arrivals, "open": sum(not w.ended for w in self.watches),
-                "ended": sum(w.ended for w in self.watches)}
+                "ended": sum(w.ended for w in self.watches), "cpu_s": time.process_time()}
 
     def close(self) -> None:
         for watch in self.watches:

@@ -139,6 +139,8 @@ async def _fan_out(stack: Stack, tenant: Tenant, crowds: list[CrowdProcess], wat
     context = ssl.create_default_context(cafile=str(stack.cluster.ca_file))
     created: dict[str, float] = {}
     url = f"{stack.cluster.server}/api/v1/namespaces/{tenant.namespace}/configmaps"
+    cpu_before = [r["cpu_s"] for r in await asyncio.gather(*(c.ask({"report": True}) for c in crowds))]
+    began = time.perf_counter()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as writer:
         for i in range(FANOUT_EVENTS):
             name = f"fanout-{label}-{i}-{random.randrange(1 << 30)}"
@@ -151,6 +153,9 @@ async def _fan_out(stack: Stack, tenant: Tenant, crowds: list[CrowdProcess], wat
     reports = await asyncio.gather(*(c.ask({"report": True}) for c in crowds))
     summary = fan_out_summary(created, [r["arrivals"] for r in reports], watches)
     summary["watches_ended_early"] = sum(r["ended"] for r in reports)
+    # The load generator is not the bottleneck if no crowd process was near a whole core.
+    wall = time.perf_counter() - began
+    summary["crowd_cpu_share"] = [round((r["cpu_s"] - before) / wall, 3) for r, before in zip(reports, cpu_before)]
     return summary
 
 
@@ -309,7 +314,8 @@ def print_scale(r: dict[str, Any]) -> None:
               f"{v['received']}/{v['expected']}{paired}")
     for target, v in r["fan_out"].items():
         print(f"  fan-out  {target:<8} p50 {v['p50_ms']:7.1f} ms  p99 {v['p99_ms']:7.1f} ms  max {v['max_ms']:7.1f} ms"
-              f"  {v['received']:,}/{v['expected']:,} (ended early: {v['watches_ended_early']})")
+              f"  {v['received']:,}/{v['expected']:,} (ended early: {v['watches_ended_early']}; each crowd's "
+              f"share of a core {v.get('crowd_cpu_share')})")
     a = r["apiserver"]
     print(f"  API server: {a['before']['rss_mib']:.0f} MiB, {a['before']['fds']} fds before; "
           f"{a['gateway_watches']['rss_mib']:.0f} MiB, {a['gateway_watches']['fds']} fds with the gateway's; "
