@@ -30,6 +30,7 @@ from provisioning.secrets import Secret
 from proxy.app import create_app, handler_args
 from proxy.auth import passwords
 from proxy.http.logs import configure_logging
+from proxy.server.open_files import raise_open_files_limit
 from proxy.server.serving import serve
 from proxy.settings import HostPort, Settings, SettingsError, StartupError, settings_from_environment, variable_name
 
@@ -309,6 +310,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     dsn = database_dsn(settings)
     app = create_app(settings, database_dsn=dsn, apply_migrations=not args.no_migrate)
     _run_loop()
+    raise_open_files_limit()
     tls = _tls_context(settings)
     try:
         return asyncio.run(serve(app, settings, tls, handler_args(settings)))

@@ -38,3 +38,10 @@ def test_tallies_render_as_observed_one_by_one() -> None:
             assert sorted(lines(ours, family)) == sorted(lines(theirs, family)), family
     assert 'tenant_gateway_request_duration_seconds_bucket{le="0.001",route="/k8s/{workspace_id}/{tail}"} 4.0' in \
         lines(metrics.exposition(), "tenant_gateway_request_duration_seconds")
+
+
+def test_the_process_descriptors_and_memory_are_exposed() -> None:
+    """What a replica near its open-files limit shows before it refuses a connection."""
+    exposed = Metrics().exposition().decode()
+    for family in ("process_open_fds ", "process_max_fds ", "process_resident_memory_bytes "):
+        assert any(line.startswith(family) for line in exposed.splitlines()), family
