@@ -32,6 +32,9 @@ from typing import Iterable
 
 from multidict import CIMultiDict, MultiMapping
 
+AUDIT_ID = "Audit-Id"
+"""Names a request's event in the cluster's audit log: the gateway's to set
+on the writes it relays (proxy.passthrough.relay), never the tenant's."""
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "proxy-connection",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import uuid
 
 import pytest
 
@@ -54,9 +55,13 @@ class FakeTokenRequest:
                            self.clock.wall() + datetime.timedelta(seconds=self.lifetime), None)
 
 
-def key(namespace: str = "tenant-a", uid: str = "uid-1", **changes: str) -> TokenKey:
-    fields = {"namespace": namespace, "service_account": "sa-tenant-admin", "service_account_uid": uid, **changes}
-    return TokenKey(**fields)
+PERSON = uuid.UUID("00000000-0000-4000-8000-000000000001")
+
+
+def key(namespace: str = "tenant-a", uid: str = "uid-1", **changes: object) -> TokenKey:
+    fields = {"namespace": namespace, "service_account": "sa-tenant-admin", "service_account_uid": uid,
+              "user_id": PERSON, **changes}
+    return TokenKey(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
