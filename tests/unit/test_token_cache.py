@@ -125,6 +125,19 @@ async def test_a_warm_key_makes_no_token_request(
     assert counters.hits == 100
 
 
+async def test_each_person_has_a_token_of_their_own_for_the_same_account(
+        cache: TenantTokenCache, fetch: FakeTokenRequest) -> None:
+    """A gateway admin who is no member acts as the owner's account: the
+    token is recorded as theirs (proxy.passthrough.token_minting), so it is
+    never the owner's token they are served."""
+    admin = uuid.UUID("00000000-0000-4000-8000-00000000000a")
+    owners = await cache.get(key())
+    admins = await cache.get(key(user_id=admin))
+    assert owners != admins
+    assert [k.user_id for k in fetch.calls] == [PERSON, admin]
+    assert await cache.get(key()) == owners and await cache.get(key(user_id=admin)) == admins
+
+
 @pytest.mark.parametrize("elapsed, renewed", [
     (0, False),
     (49 * 60, False),  # 11 minutes left
