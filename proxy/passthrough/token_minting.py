@@ -24,6 +24,8 @@ recorded either: its events carry none to join.
 
 from __future__ import annotations
 
+import uuid
+
 from provisioning.db import proxy_tokens as proxy_token_rows
 from provisioning.db.pool import Database
 from provisioning.db.proxy_tokens import ProxyToken
@@ -41,7 +43,7 @@ async def mint(kube: KubeApi, key: TokenKey, ttl_seconds: int, record_in: Databa
     if record_in is None or issued.credential_id is None:
         return issued
     recorded = await proxy_token_rows.record(record_in, ProxyToken(
-        jti=issued.credential_id, cluster=key.cluster, user_id=key.user_id, namespace=key.namespace,
+        jti=issued.credential_id, cluster=key.cluster, user_id=uuid.UUID(int=key.person), namespace=key.namespace,
         service_account=key.service_account, expires_at=issued.expires_at))
     if not recorded:
         raise NotFound("no such workspace")

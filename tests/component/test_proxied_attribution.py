@@ -176,7 +176,7 @@ async def test_minting_records_before_handing_out_and_refuses_a_token_it_cannot_
     db: Database = gateway.server.app[keys.DATABASE]
     person, _ = await provisioned_workspace(gateway)
     namespace = f"tenant-{person.user_id}"
-    key = TokenKey(namespace, "sa-tenant-admin", "uid-1", uuid.UUID(person.user_id))
+    key = TokenKey(namespace, "sa-tenant-admin", "uid-1", uuid.UUID(person.user_id).int)
     issuer = FakeTokenIssuer(with_jti=True)
     issued = await mint(issuer, key, 3600, db)
     row = await db.fetchrow("SELECT * FROM proxy_tokens WHERE jti = $1", issued.credential_id)

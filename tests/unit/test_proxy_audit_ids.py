@@ -51,7 +51,7 @@ def relay_and_ticket(method: str, is_write: bool) -> tuple[Relay, Ticket, AuditW
     workspace = Workspace(WORKSPACE, PERSON, "tenant-a", "sa-tenant-admin", "basic", "provisioned", NOW, "uid-1")
     ticket = Ticket(Principal(user, uuid.uuid4(), False, NOW), workspace,
                     Decision("forward", "/api/v1/namespaces/tenant-a/configmaps/x", is_write=is_write), method,
-                    TokenKey("tenant-a", "sa-tenant-admin", "uid-1", PERSON), lambda: None, 0)
+                    TokenKey("tenant-a", "sa-tenant-admin", "uid-1", PERSON.int), lambda: None, 0)
     return relay, ticket, writer
 
 

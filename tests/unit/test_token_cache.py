@@ -60,7 +60,7 @@ PERSON = uuid.UUID("00000000-0000-4000-8000-000000000001")
 
 def key(namespace: str = "tenant-a", uid: str = "uid-1", **changes: object) -> TokenKey:
     fields = {"namespace": namespace, "service_account": "sa-tenant-admin", "service_account_uid": uid,
-              "user_id": PERSON, **changes}
+              "person": PERSON.int, **changes}
     return TokenKey(**fields)  # type: ignore[arg-type]
 
 
@@ -132,10 +132,10 @@ async def test_each_person_has_a_token_of_their_own_for_the_same_account(
     never the owner's token they are served."""
     admin = uuid.UUID("00000000-0000-4000-8000-00000000000a")
     owners = await cache.get(key())
-    admins = await cache.get(key(user_id=admin))
+    admins = await cache.get(key(person=admin.int))
     assert owners != admins
-    assert [k.user_id for k in fetch.calls] == [PERSON, admin]
-    assert await cache.get(key()) == owners and await cache.get(key(user_id=admin)) == admins
+    assert [k.person for k in fetch.calls] == [PERSON.int, admin.int]
+    assert await cache.get(key()) == owners and await cache.get(key(person=admin.int)) == admins
 
 
 @pytest.mark.parametrize("elapsed, renewed", [
