@@ -33,8 +33,9 @@ WAIT_SECONDS = 15.0
 webhook's batches wait at most a second in the local cluster)."""
 
 
-async def timeline(person: Session, query: str = "") -> list[dict[str, Any]]:
-    answer = await person.call("GET", f"/api/v1/activity?limit=500{query}")
+async def timeline(person: Session, query: str | None = None) -> list[dict[str, Any]]:
+    """The person's own timeline, or what `query` asks (a gateway admin's own is everyone's)."""
+    answer = await person.call("GET", f"/api/v1/activity?limit=500{query or f'&user_id={person.user_id}'}")
     assert answer.status == 200, await answer.text()
     return list((await answer.json())["items"])
 
