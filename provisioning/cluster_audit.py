@@ -1,7 +1,8 @@
 """The cluster's audit log, kept: each batch the API server's webhook sends
 is read (provisioning.cluster_events, pure) and stored
 (provisioning.db.cluster_events) before it is answered, and events older
-than the retention are swept by every replica.
+than the retention (and the proxy's token records expired as long ago) are
+swept by every replica.
 
 Why the batch is stored before the answer rather than queued: the API
 server keeps a batch only until it is answered. An answer of 2xx for rows
@@ -18,9 +19,9 @@ import json
 from provisioning.background import Periodic
 from provisioning.cluster_events import ClusterEvent, NotAnEventList, parse_event_list
 from provisioning.db import cluster_events as cluster_event_rows
+from provisioning.db import proxy_tokens as proxy_token_rows
 from provisioning.db.pool import Database
 from provisioning.errors import BadRequest
-
 
 RETENTION_SWEEP_INTERVAL_SECONDS = 3600.0
 # Read on a worker thread past this size: a big batch parsed on the event
@@ -59,8 +60,12 @@ class RetentionSweeper(Periodic):
         self._db, self._days = db, retention_days
 
     async def sweep_once(self, batch: int = 10_000) -> int:
-        deleted, total = batch, 0
-        while deleted == batch:
-            deleted = await cluster_event_rows.sweep(self._db, self._days, batch)
-            total += deleted
+        """Events older than the retention, and the proxy's tokens expired
+        longer ago than that (nothing kept can name them any more)."""
+        total = 0
+        for sweep in (cluster_event_rows.sweep, proxy_token_rows.sweep):
+            deleted = batch
+            while deleted == batch:
+                deleted = await sweep(self._db, self._days, batch)
+                total += deleted
         return total

@@ -30,7 +30,6 @@ from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.fleet import Fleet
 from provisioning.kube.client import KubeApi
-from provisioning.kube.tokens import request_token
 from provisioning.models import IssuedToken, User
 from provisioning.revocation import Sweeper
 from proxy import keys
@@ -39,6 +38,7 @@ from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.auth.oidc_tokens import Identity
 from proxy.http.draining import Drain
 from proxy.http.metrics import Metrics
+from proxy.passthrough import token_minting
 from proxy.passthrough.express import MAX_HEAD_BYTES, ExpressLane
 from proxy.passthrough.gate import Gate
 from proxy.passthrough.relay import Relay
@@ -126,8 +126,9 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
     async def fetch_token(key: TokenKey) -> IssuedToken:
         try:
-            issued = await request_token(app[keys.FLEET].named(key.cluster).kube, key.namespace,
-                                         key.service_account, settings.proxy_token_ttl_seconds)
+            issued = await token_minting.mint(
+                app[keys.FLEET].named(key.cluster).kube, key, settings.proxy_token_ttl_seconds,
+                app[keys.DATABASE] if settings.audit_listen is not None else None)
         except Exception:
             metrics.cluster_token_request(key.cluster, "error")
             raise

@@ -1,5 +1,15 @@
 """The activity timeline's SQL: the gateway's own audit rows and the
-cluster's audit events (migration 0014), merged newest first.
+cluster's audit events (migrations 0014, 0016), merged newest first.
+
+Each action once: a write or exec the proxy relayed is both a gateway row
+(ProxyWrite, ProxyExec: the gateway's record, kept as it is) and an event
+in the cluster's audit log, joined to the same person through the proxy's
+token (provisioning.db.proxy_tokens). The proxy names that event
+(`audit_id`, proxy.passthrough.relay), so the timeline shows the event and
+leaves the gateway row out once the event is stored: it says what the API
+server did (resource, name, response code), and `via` says it came through
+the proxy. Until it arrives (or when the cluster's audit is not received),
+the gateway row stands in. A long request's two stages show as one.
 
 Paged by keyset, never by offset: each row's position is (time, source,
 key), where key is the row's id as text (a cluster event's zero-padded so
@@ -20,6 +30,10 @@ from provisioning.db.pool import Database
 
 MAX_LIMIT = 500
 _UUID_TEXT = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+_PROXIED = "'ProxyWrite', 'ProxyExec'"
+"""The gateway's rows of requests it relayed to the API server as the person."""
+_GATEWAY_AUDIT_ID = f"CASE WHEN a.details->>'audit_id' ~ '{_UUID_TEXT}' THEN (a.details->>'audit_id')::uuid END"
+"""The auditID the proxy gave the request's event in the cluster's audit log (proxy.passthrough.relay)."""
 
 
 @dataclass(frozen=True)
@@ -33,25 +47,39 @@ class Position:
 
 _QUERY = f"""
     SELECT * FROM (
-        (SELECT created_at AS time, 'gateway' AS source, id::text AS key, user_id, workspace_id,
-                CASE WHEN details->>'credential' ~ '{_UUID_TEXT}' THEN (details->>'credential')::uuid END
+        (SELECT a.created_at AS time, 'gateway' AS source, a.id::text AS key, a.user_id, a.workspace_id,
+                CASE WHEN a.details->>'credential' ~ '{_UUID_TEXT}' THEN (a.details->>'credential')::uuid END
                   AS credential_id,
-                action, details->>'method' AS verb, NULL::text AS resource, NULL::text AS subresource,
-                details->>'namespace' AS namespace, NULL::text AS name, NULL::integer AS code,
-                details->>'user_agent' AS user_agent
-         FROM audit_logs
-         WHERE ($1::uuid IS NULL OR user_id = $1) AND ($2::uuid IS NULL OR workspace_id = $2)
-           AND ($3::timestamptz IS NULL OR created_at >= $3)
-           AND ($4::timestamptz IS NULL OR (created_at, 'gateway', id::text) < ($4, $5::text, $6::text))
-         ORDER BY created_at DESC, id::text DESC LIMIT $7)
+                a.action, a.details->>'method' AS verb, NULL::text AS resource, NULL::text AS subresource,
+                a.details->>'namespace' AS namespace, NULL::text AS name, NULL::integer AS code,
+                a.details->>'user_agent' AS user_agent,
+                CASE WHEN a.action IN ({_PROXIED}) THEN 'proxy' ELSE 'gateway' END AS via,
+                {_GATEWAY_AUDIT_ID} AS audit_id
+         FROM audit_logs a
+         WHERE ($1::uuid IS NULL OR a.user_id = $1) AND ($2::uuid IS NULL OR a.workspace_id = $2)
+           AND ($3::timestamptz IS NULL OR a.created_at >= $3)
+           AND ($4::timestamptz IS NULL OR (a.created_at, 'gateway', a.id::text) < ($4, $5::text, $6::text))
+           -- A proxied write or exec whose own event in the cluster's audit log is
+           -- stored under the same person is shown once: as that event.
+           AND NOT (a.action IN ({_PROXIED}) AND EXISTS (
+               SELECT 1 FROM cluster_events e WHERE e.audit_id = {_GATEWAY_AUDIT_ID} AND e.user_id = a.user_id))
+         ORDER BY a.created_at DESC, a.id::text DESC LIMIT $7)
         UNION ALL
-        (SELECT time, 'cluster' AS source, lpad(id::text, 20, '0') AS key, user_id, workspace_id, credential_id,
-                NULL::text AS action, verb, resource, subresource, namespace, name, code, user_agent
-         FROM cluster_events
-         WHERE ($1::uuid IS NULL OR user_id = $1) AND ($2::uuid IS NULL OR workspace_id = $2)
-           AND ($3::timestamptz IS NULL OR time >= $3)
-           AND ($4::timestamptz IS NULL OR (time, 'cluster', lpad(id::text, 20, '0')) < ($4, $5::text, $6::text))
-         ORDER BY time DESC, id DESC LIMIT $7)
+        (SELECT e.time, 'cluster' AS source, lpad(e.id::text, 20, '0') AS key, e.user_id, e.workspace_id,
+                e.credential_id, NULL::text AS action, e.verb, e.resource, e.subresource, e.namespace, e.name, e.code,
+                e.user_agent,
+                -- Rows from before migration 0016 have no `via`: only credentials were joined then.
+                COALESCE(e.via, (SELECT c.kind FROM credentials c WHERE c.id = e.credential_id)) AS via,
+                e.audit_id
+         FROM cluster_events e
+         WHERE ($1::uuid IS NULL OR e.user_id = $1) AND ($2::uuid IS NULL OR e.workspace_id = $2)
+           AND ($3::timestamptz IS NULL OR e.time >= $3)
+           AND ($4::timestamptz IS NULL OR (e.time, 'cluster', lpad(e.id::text, 20, '0')) < ($4, $5::text, $6::text))
+           -- A long request (a watch, an exec) is audited when it starts and when it
+           -- ends: shown once, as its start until it has ended.
+           AND NOT (e.stage = 'ResponseStarted' AND EXISTS (
+               SELECT 1 FROM cluster_events d WHERE d.audit_id = e.audit_id AND d.stage = 'ResponseComplete'))
+         ORDER BY e.time DESC, e.id DESC LIMIT $7)
     ) merged
     ORDER BY time DESC, source DESC, key DESC LIMIT $7"""
 
@@ -74,6 +102,7 @@ async def activity(db: Database, *, user_id: uuid.UUID | None, workspace_id: uui
               "workspace_id": _text(row["workspace_id"]), "credential_id": _text(row["credential_id"]),
               "action": row["action"], "verb": row["verb"], "resource": row["resource"],
               "subresource": row["subresource"], "namespace": row["namespace"], "name": row["name"],
-              "code": row["code"], "user_agent": row["user_agent"]} for row in rows]
+              "code": row["code"], "user_agent": row["user_agent"], "via": row["via"],
+              "audit_id": _text(row["audit_id"])} for row in rows]
     last = rows[-1] if rows and more else None
     return items, (Position(last["time"], last["source"], last["key"]) if last is not None else None)

@@ -1,12 +1,14 @@
-"""The SQL of the cluster's audit events (migration 0014).
+"""The SQL of the cluster's audit events (migrations 0014, 0016).
 
 A batch is written as the API server sent it, in one transaction: COPY
 into a temporary table, then one INSERT that joins each event's `jti` to
-the credential the gateway issued (and so to its person and workspace),
-names the workspace of an unattributed event in a tenant namespace, drops
-the rest, and skips an (audit id, stage) already stored. The same
-transaction moves each credential's `last_used_at` forward. So a batch is
-stored whole or not at all: the API server retries one it was refused.
+the credential the gateway issued or to the token its proxy minted
+(provisioning.db.proxy_tokens), and so to its person and workspace, noting
+which of the two (`via`); names the workspace of an unattributed event in
+a tenant namespace, drops the rest, and skips an (audit id, stage) already
+stored. The same transaction moves each credential's `last_used_at`
+forward. So a batch is stored whole or not at all: the API server retries
+one it was refused.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ _CREATE_INCOMING = f"""
         name text, code integer, user_agent text, source_ip inet, username text, jti text
     ) ON COMMIT DROP"""
 _STORE = f"""
-    INSERT INTO cluster_events ({', '.join(COLUMNS)}, credential_id, user_id, workspace_id)
-    SELECT {', '.join(f'i.{column}' for column in COLUMNS)}, c.id, c.user_id, COALESCE(c.workspace_id, w.id)
+    INSERT INTO cluster_events ({', '.join(COLUMNS)}, credential_id, user_id, workspace_id, via)
+    SELECT {', '.join(f'i.{column}' for column in COLUMNS)}, c.id, COALESCE(c.user_id, p.user_id),
+           COALESCE(c.workspace_id, p.workspace_id, w.id),
+           CASE WHEN c.id IS NOT NULL THEN c.kind WHEN p.jti IS NOT NULL THEN 'proxy' END
     FROM {_INCOMING} i
     LEFT JOIN credentials c ON i.jti IS NOT NULL AND c.jti = i.jti
-    LEFT JOIN workspaces w ON c.id IS NULL AND w.k8s_namespace = i.namespace
-    WHERE c.id IS NOT NULL OR w.id IS NOT NULL
+    LEFT JOIN proxy_tokens p ON c.id IS NULL AND i.jti IS NOT NULL AND p.jti = i.jti
+    LEFT JOIN workspaces w ON c.id IS NULL AND p.jti IS NULL AND w.k8s_namespace = i.namespace
+    WHERE c.id IS NOT NULL OR p.jti IS NOT NULL OR w.id IS NOT NULL
     ON CONFLICT (audit_id, stage) DO NOTHING"""
 # Rows locked in id order: two batches naming the same credentials never deadlock.
 _LAST_USED = f"""

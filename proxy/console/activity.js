@@ -1,6 +1,6 @@
 // What people did: a workspace's activity timeline (the gateway's audit rows
-// and the API server's own events of the kubeconfigs it issued, merged by
-// the gateway), everyone's or one person's; and, for the gateway's admins,
+// and the API server's own events of the kubeconfigs it issued and of the
+// requests its proxy made, merged by the gateway, each action once), everyone's or one person's; and, for the gateway's admins,
 // the audit log. Both newest first, a page at a time: Older appends the next.
 
 import { json } from "./api.js";
@@ -16,6 +16,12 @@ export function whatWasDone(item) {
   if (item.source === "gateway") return [item.action, item.verb].filter(Boolean).join(" ");
   const resource = [item.resource, item.subresource].filter(Boolean).join("/");
   return [item.verb, resource, item.name].filter(Boolean).join(" ");
+}
+
+// How a timeline row came, for a person to read (the item's `via`).
+const VIA = { kubeconfig: "kubeconfig", token: "token", proxy: "through the gateway", gateway: "gateway API" };
+export function cameVia(item) {
+  return VIA[item.via] ?? "";
 }
 
 // Who, for a person to read: their email where known, "unattributed" for a
@@ -94,13 +100,13 @@ export async function activityView(root, ctx) {
     return {
       next: page.next,
       rows: page.items.map((item) => h("tr", {},
-        h("td", { text: when(item.time) }), h("td", { text: item.source }),
+        h("td", { text: when(item.time) }), h("td", { text: item.source }), h("td", { text: cameVia(item) }),
         h("td", { class: item.user_id ? null : "muted", text: personOf(item.user_id, emails, me) }),
         h("td", { text: whatWasDone(item) }), h("td", { text: item.namespace ?? "" }),
         h("td", { text: item.code === null || item.code === undefined ? "" : String(item.code) }))),
     };
   };
-  const timeline = paged("Activity, newest first", ["Time", "Source", "Person", "What", "Namespace", "Code"], load, { signal, busy });
+  const timeline = paged("Activity, newest first", ["Time", "Source", "Via", "Person", "What", "Namespace", "Code"], load, { signal, busy });
   root.append(timeline.box);
   person.addEventListener("change", busy(person, timeline.restart));
   size.addEventListener("change", busy(size, timeline.restart));

@@ -136,7 +136,8 @@ class Gate:
         decision = classify(method, tail, query, namespace)
         if decision.action == "deny":
             raise Forbidden(decision.reason, code="outside_tenant")
-        token_key = TokenKey(namespace, seat.service_account, seat.service_account_uid, seat.workspace.cluster)
+        token_key = TokenKey(namespace, seat.service_account, seat.service_account_uid, who.user.id.int,
+                             seat.workspace.cluster)
         return Ticket(who, seat.workspace, decision, method, token_key, client_address, cuts_seen)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

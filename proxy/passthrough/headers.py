@@ -5,8 +5,9 @@ ServiceAccount token the gateway attaches. So the client's Authorization,
 Cookie and CSRF token never travel, nor anything the API server (or an
 authenticating proxy in front of it) could read as identity or as a claim
 about the client: Impersonate-*, X-Remote-*, X-Forwarded-*, Forwarded,
-X-Real-IP. Nor does Audit-Id, which would name the request's event in
-the cluster's audit log. Origin and Referer stay behind too: they describe the gateway's
+X-Real-IP. Nor does the client's Audit-Id, which would name the request's
+event in the cluster's audit log (the gateway sets its own on the writes
+it relays). Origin and Referer stay behind too: they describe the gateway's
 page, mean nothing to the API server, and the WebSocket relay sets the
 Origin it needs itself.
 
@@ -32,6 +33,9 @@ from typing import Iterable
 
 from multidict import CIMultiDict, MultiMapping
 
+AUDIT_ID = "Audit-Id"
+"""Names a request's event in the cluster's audit log: the gateway's to set
+on the writes it relays (proxy.passthrough.relay), never the tenant's."""
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "proxy-connection",
@@ -41,7 +45,8 @@ _REQUEST_DROPPED = HOP_BY_HOP | {
     "origin", "referer",
     # The API server takes a request's Audit-Id as the id of its audit event:
     # the tenant must not choose (or collide) ids in the cluster's audit log.
-    # The API server makes its own and answers with it.
+    # The API server makes its own and answers with it; the gateway names the
+    # events of the writes it relays itself (AUDIT_ID, proxy.passthrough.relay).
     "audit-id",
     # Met here (proxy.server.front.answer_expect) before the body is read, so no concern of the API server's.
     "expect",

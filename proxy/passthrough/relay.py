@@ -13,6 +13,7 @@ a relayed request is recorded.
 
 from __future__ import annotations
 
+import uuid
 from typing import Awaitable, Callable, Mapping, NoReturn
 
 from provisioning.audit import AuditWriter
@@ -71,43 +72,60 @@ class Relay:
         one has already replaced it."""
         self.tokens.invalidate(ticket.token_key, token)
 
-    async def exchange(self, ticket: Ticket, token: str, send: Callable[[str], Awaitable[Answer]], *,
+    async def exchange(self, ticket: Ticket, token: str, send: Callable[[str, str | None], Awaitable[Answer]], *,
                        replayable: bool) -> Answer:
-        """One exchange as the tenant, `send(token)`. A write first takes a
-        place for its audit row (AuditUnavailable, 503, if none comes free
-        in time: the write never leaves), filled once the API server has
+        """One exchange as the tenant, `send(token, audit_id)`. A write first
+        takes a place for its audit row (AuditUnavailable, 503, if none comes
+        free in time: the write never leaves), filled once the API server has
         answered (status 0 if it did not: a write that was sent may have
-        taken effect). A token the API server refuses (401) is forgotten,
-        and a `replayable` request (one without a body) goes once more with
-        a fresh one. Failures are mapped to the error tree here
-        (proxy.passthrough.upstream.send_failed)."""
+        taken effect). Each time a write is sent it names its event in the
+        cluster's audit log (`audit_id`, a new one each time: a retry is
+        another event), and its row names the last: the activity timeline
+        shows the write once (provisioning.db.activity). A read is sent with
+        None: the API server names it. A token the API server refuses (401)
+        is forgotten, and a `replayable` request (one without a body) goes
+        once more with a fresh one. Failures are mapped to the error tree
+        here (proxy.passthrough.upstream.send_failed)."""
         place = await self.audit.reserve() if ticket.decision.is_write else None
+        audit_id = new_audit_id() if place is not None else None
         try:
             try:
-                answer = await send(token)
+                answer = await send(token, audit_id)
                 if answer.status == 401 and replayable:
                     answer.release()
                     self.drop_token(ticket, token)
                     token = await self.token(ticket)
-                    answer = await send(token)
+                    audit_id = new_audit_id() if place is not None else None
+                    answer = await send(token, audit_id)
             except SEND_FAILURES as error:
                 self.failed(ticket, error)
         except BaseException:
-            self.record(ticket, 0, place)
+            self.record(ticket, 0, place, audit_id)
             raise
         if answer.status == 401:
             self.drop_token(ticket, token)
-        self.record(ticket, answer.status, place)
+        self.record(ticket, answer.status, place, audit_id)
         return answer
 
-    def record(self, ticket: Ticket, status: int, place: Place | None = None) -> None:
+    def record(self, ticket: Ticket, status: int, place: Place | None = None, audit_id: str | None = None) -> None:
         """Writes are recorded with the human identity, in the `place` taken
-        before they were sent; reads only counted. Status 0: no answer came
-        (the client left, or the exchange failed), and the write may have
-        taken effect all the same."""
+        before they were sent, with the `audit_id` the API server's event of
+        it has; reads only counted. Status 0: no answer came (the client
+        left, or the exchange failed), and the write may have taken effect
+        all the same."""
         if place is None:
             self.metrics.proxy_read()
             self.metrics.proxied(ticket.workspace.cluster, "read")
             return
         self.metrics.proxied(ticket.workspace.cluster, "write")
-        place.fill(ticket.event("ProxyWrite", status=status))
+        details: dict[str, object] = {"status": status}
+        if audit_id is not None:
+            details["audit_id"] = audit_id
+        place.fill(ticket.event("ProxyWrite", **details))
+
+
+def new_audit_id() -> str:
+    """A name for one request's event in the cluster's audit log, sent as
+    its Audit-Id header: the API server takes it as the event's auditID
+    (the tenant's own Audit-Id never travels: proxy.passthrough.headers)."""
+    return str(uuid.uuid4())

@@ -20,7 +20,7 @@ from aiohttp import web
 from provisioning.errors import UpstreamError
 from proxy.passthrough.backpressure import STREAM_PIECE, STREAM_READ_AHEAD, ClientFlow
 from proxy.passthrough.framing import EventBoundary
-from proxy.passthrough.headers import downstream_response_headers, upstream_request_headers
+from proxy.passthrough.headers import AUDIT_ID, downstream_response_headers, upstream_request_headers
 from proxy.passthrough.http1 import BROKEN_OFF, Answer
 from proxy.passthrough.relay import Relay
 from proxy.passthrough.streams import Stream
@@ -43,9 +43,10 @@ class ShortResponse(web.StreamResponse):
 
 
 def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, target: str | None = None,
-             headers: dict[str, str] | None = None) -> Awaitable[Answer]:
+             headers: dict[str, str] | None = None, audit_id: str | None = None) -> Awaitable[Answer]:
     """The request upstream, as the tenant: to the path and query the tenant
-    wall judged, byte for byte, unless the gateway names its own `target`.
+    wall judged, byte for byte, unless the gateway names its own `target`;
+    its event in the cluster's audit log named `audit_id` if given.
     Returned to be awaited where failures are handed to `send_failed`
     (Relay.exchange, or `_send`)."""
     decision = ticket.decision
@@ -54,6 +55,8 @@ def _request(relay: Relay, ticket: Ticket, request: web.Request, token: str, *, 
     outgoing = upstream_request_headers(request.headers, token)
     if headers:
         outgoing.update(headers)
+    if audit_id is not None:
+        outgoing[AUDIT_ID] = audit_id
     has_body = request.method not in ("GET", "HEAD") and request.body_exists
     upstream = relay.upstream(ticket)
     return upstream.pool.request(
@@ -97,7 +100,8 @@ async def _relay_http(request: web.Request, ticket: Ticket, relay: Relay,
     # Recorded as soon as the API server has answered (or failed to): a
     # client that hangs up at once, or while the body streams, must not
     # leave a write that took effect unaudited.
-    upstream = await relay.exchange(ticket, token, lambda token: _request(relay, ticket, request, token),
+    upstream = await relay.exchange(ticket, token,
+                                    lambda token, audit_id: _request(relay, ticket, request, token, audit_id=audit_id),
                                     replayable=not request.body_exists)
     try:
         if stream is not None:

@@ -1,12 +1,16 @@
 """Per-tenant ServiceAccount tokens for the proxy, cached.
 
-Key: namespace, ServiceAccount name, ServiceAccount UID and cluster (the
-Flux RFC-0010 lesson): every part that distinguishes one of the proxy's
-credentials from another, so no tenant is ever served another's token, a
-replaced ServiceAccount (new UID) can never be served a token of its
-predecessor, and a token minted by one cluster is never sent to another
-(it would be refused there anyway: each cluster signs its own). Nothing
-more: the proxy's tokens all have the API server's default audience.
+Key: namespace, ServiceAccount name, ServiceAccount UID, person and
+cluster (the Flux RFC-0010 lesson): every part that distinguishes one of
+the proxy's credentials from another, so no tenant is ever served another's
+token, a replaced ServiceAccount (new UID) can never be served a token of
+its predecessor, and a token minted by one cluster is never sent to another
+(it would be refused there anyway: each cluster signs its own). The person
+is part of it because each token is recorded as theirs
+(proxy.passthrough.token_minting), which the cluster's audit events are
+joined to: a gateway admin acting as a workspace's owner account gets a
+token of their own, never the owner's. Nothing more: the proxy's tokens all
+have the API server's default audience.
 
 A token is renewed once less than `refresh_margin_seconds` of its life is
 left (the specification's 10 minutes), or once half its life is gone if it
@@ -46,6 +50,10 @@ class TokenKey(NamedTuple):
     namespace: str
     service_account: str
     service_account_uid: str
+    person: int
+    """The user id of the person it acts for (`uuid.UUID.int`), whom its
+    audit events are joined to: an int, so the key still hashes and compares
+    in C (a uuid.UUID does both in Python)."""
     cluster: str = DEFAULT_CLUSTER
     """Which cluster mints it, and the only one it is sent to."""
 

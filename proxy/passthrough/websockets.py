@@ -37,9 +37,9 @@ from multidict import CIMultiDict
 from provisioning.errors import BadRequest, UpstreamError
 from proxy.passthrough.backpressure import STREAM_WRITE_HIGH, STREAM_WRITE_LOW, ClientFlow
 from proxy.passthrough.framing import FrameBoundary
-from proxy.passthrough.headers import upstream_request_headers, websocket_subprotocols
+from proxy.passthrough.headers import AUDIT_ID, upstream_request_headers, websocket_subprotocols
 from proxy.passthrough.http1 import Upgrade
-from proxy.passthrough.relay import Relay
+from proxy.passthrough.relay import Relay, new_audit_id
 from proxy.passthrough.routing import stream_target
 from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.streams import Stream
@@ -246,8 +246,10 @@ def _well_formed(request: web.Request) -> bool:
             and web.WebSocketResponse(protocols=protocols, compress=False).can_prepare(request).ok)
 
 
-async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: str) -> tuple[Upgrade, str | None]:
-    """The upgrade, made with the API server: its 101, and the subprotocol it chose."""
+async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: str,
+                   audit_id: str | None) -> tuple[Upgrade, str | None]:
+    """The upgrade, made with the API server: its 101, and the subprotocol it
+    chose. Its event in the cluster's audit log is named `audit_id`, if given."""
     upstream = relay.upstream(ticket)
     decision = ticket.decision
     key = request.headers["Sec-WebSocket-Key"]
@@ -261,6 +263,8 @@ async def _upgrade(request: web.Request, ticket: Ticket, relay: Relay, token: st
                      "Origin": request.headers.get("Origin") or upstream.server})
     if offered:
         outgoing["Sec-WebSocket-Protocol"] = ", ".join(offered)
+    if audit_id is not None:
+        outgoing[AUDIT_ID] = audit_id
     query = decision.upstream_query
     try:
         # No read timeout once it runs, but the answer to the upgrade comes
@@ -297,17 +301,22 @@ async def relay_websocket(request: web.Request, ticket: Ticket, relay: Relay) ->
 
 async def _relay_websocket(request: web.Request, ticket: Ticket, relay: Relay, stream: Stream) -> web.StreamResponse:
     token = await relay.token(ticket)
-    if ticket.decision.is_exec:
+    exec_audit_id = new_audit_id() if ticket.decision.is_exec else None
+    if exec_audit_id is not None:
         # Before the handshake, which is what starts the process in the pod:
-        # no row, no session.
-        await relay.audit.write_now(ticket.event("ProxyExec", **stream_target(ticket.decision)))
+        # no row, no session. It names the handshake's event in the cluster's
+        # audit log, so the timeline shows the exec once.
+        await relay.audit.write_now(ticket.event("ProxyExec", **stream_target(ticket.decision),
+                                                 audit_id=exec_audit_id))
     try:
-        upgrade, subprotocol = await _upgrade(request, ticket, relay, token)
+        upgrade, subprotocol = await _upgrade(request, ticket, relay, token, exec_audit_id)
     except UpgradeRefused as refused:
         if refused.status != 401:
             raise
         relay.drop_token(ticket, token)
-        upgrade, subprotocol = await _upgrade(request, ticket, relay, await relay.token(ticket))
+        # Another request, another event (the refused one keeps its name).
+        upgrade, subprotocol = await _upgrade(request, ticket, relay, await relay.token(ticket),
+                                              new_audit_id() if exec_audit_id is not None else None)
     if not ticket.decision.is_exec:
         relay.record(ticket, 101)
     response = web.StreamResponse(status=101, reason="Switching Protocols", headers={

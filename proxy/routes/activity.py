@@ -1,7 +1,7 @@
 """The activity timeline: what people did through the gateway (its own
-audit rows) and straight at the API server with a kubeconfig it issued
-(the cluster's audit events, proxy.server.audit_listener), merged newest
-first (provisioning.db.activity).
+audit rows), straight at the API server with a kubeconfig it issued, and
+through its proxy (the cluster's audit events, proxy.server.audit_listener),
+merged newest first, each action once (provisioning.db.activity).
 
 Who sees what: everyone their own; a workspace's admins that workspace's
 (everyone's, and events of tokens the gateway did not issue); the gateway's

@@ -159,10 +159,16 @@ DOCUMENT: dict[str, Any] = {
             "workspace, gateway admins: others 404", 204, errors=(403, 404, 503), params=[_path_id()])},
         "/api/v1/activity": {"get": _op(
             "The activity timeline, newest first: the gateway's own audit rows (source gateway, action the audit "
-            "action) merged with the API server's audit events of credentials it issued (source cluster: verb, "
-            "resource, subresource, namespace, name, response code, user agent; user_id null for a token the "
-            "gateway did not issue, in a tenant namespace). The caller's own; with workspace_id, a workspace "
-            "admin's whole workspace; gateway admins all. Paged: pass `next` back as cursor (null: the last page)",
+            "action) merged with the API server's audit events of credentials it issued and of requests made "
+            "through its proxy (source cluster: verb, resource, subresource, namespace, name, response code, user "
+            "agent; user_id null for a token the gateway did not issue, in a tenant namespace). Each item's `via` "
+            "says how it came: `kubeconfig` or `token` (an issued credential, straight at the API server), `proxy` "
+            "(through the gateway's proxy: web session, console, kubectl pointed at the gateway), `gateway` (the "
+            "gateway's own API), null (unattributed); `audit_id` is the API server's auditID of a cluster item, "
+            "or of the event a ProxyWrite or ProxyExec row was sent as. Each action is shown once: a proxied "
+            "write is its cluster event once that is stored (its ProxyWrite row stays in /api/v1/audit), and a "
+            "long request's two stages are one item. The caller's own; with workspace_id, a workspace admin's "
+            "whole workspace; gateway admins all. Paged: pass `next` back as cursor (null: the last page)",
             200, errors=(400, 403, 503),
             params=[_query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"),
                     _query("since", fmt="date-time"), _query("limit", "integer"), _query("cursor")])},

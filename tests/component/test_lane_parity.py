@@ -459,10 +459,12 @@ class Answer:
 # Header fields whose values differ between any two answers, whichever path
 # gave them: only their form is compared. Date: the second it was written
 # (an IMF-fixdate either way; FIXED_DATE, the API server's own, is compared
-# whole). X-Request-Id: a counter, new for every request.
+# whole). X-Request-Id: a counter, new for every request. Audit-Id: the
+# name the gateway gives each write's event in the cluster's audit log (a UUID).
 _IMF_FIXDATE = re.compile(r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
                           r"\d{4} \d\d:\d\d:\d\d GMT")
 _REQUEST_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]+")
+_AUDIT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
 
 def comparable(fields: Fields) -> Fields:
@@ -475,6 +477,8 @@ def comparable(fields: Fields) -> Fields:
             value = "<an IMF-fixdate of now>"
         elif name == "x-request-id" and _REQUEST_ID.fullmatch(value):
             value = "<a request id>"
+        elif name == "audit-id" and _AUDIT_ID.fullmatch(value):
+            value = "<the audit id the gateway gave a write>"
         shown.append((name, value))
     return sorted(shown, key=lambda field: field[0])
 

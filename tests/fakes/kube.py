@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime
+import json
 import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, NoReturn
 
@@ -11,6 +13,12 @@ from provisioning.kube.client import ClusterEndpoint
 from provisioning.kube.errors import KubeAlreadyExists, KubeNotFound
 
 VERSION = {"gitVersion": "v0.0.0-fake"}
+
+
+def _jwt_shaped(jti: str) -> str:
+    def part(claims: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"{part({'alg': 'none'})}.{part({'jti': jti, 'sub': 'system:serviceaccount:fake'})}.unsigned"
 
 
 class FakeTokenIssuer:
@@ -23,8 +31,11 @@ class FakeTokenIssuer:
 
     ca_base64 = ""
 
-    def __init__(self, server: str = "https://127.0.0.1:1") -> None:
+    def __init__(self, server: str = "https://127.0.0.1:1", *, with_jti: bool = False) -> None:
         self.endpoint = ClusterEndpoint(server, None)
+        self.with_jti = with_jti
+        """Tokens shaped as the API server's JWTs, carrying a `jti` (unsigned:
+        the gateway reads the jti without verifying, as it does a real one's)."""
         self.issued: list[str] = []
         self.secrets: dict[str, str] = {}
         """Binding Secrets held: name -> uid."""
@@ -48,7 +59,7 @@ class FakeTokenIssuer:
         if bound:
             self.bound_to.append(bound["name"])
             assert self.secrets.get(bound["name"]) == bound.get("uid"), f"bound to a Secret that is not there: {bound}"
-        self.issued.append(f"token-{len(self.issued) + 1}")
+        self.issued.append(_jwt_shaped(str(uuid.uuid4())) if self.with_jti else f"token-{len(self.issued) + 1}")
         expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
         return {"status": {"token": self.issued[-1], "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import uuid
 
 import pytest
 
@@ -54,9 +55,13 @@ class FakeTokenRequest:
                            self.clock.wall() + datetime.timedelta(seconds=self.lifetime), None)
 
 
-def key(namespace: str = "tenant-a", uid: str = "uid-1", **changes: str) -> TokenKey:
-    fields = {"namespace": namespace, "service_account": "sa-tenant-admin", "service_account_uid": uid, **changes}
-    return TokenKey(**fields)
+PERSON = uuid.UUID("00000000-0000-4000-8000-000000000001")
+
+
+def key(namespace: str = "tenant-a", uid: str = "uid-1", **changes: object) -> TokenKey:
+    fields = {"namespace": namespace, "service_account": "sa-tenant-admin", "service_account_uid": uid,
+              "person": PERSON.int, **changes}
+    return TokenKey(**fields)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -118,6 +123,19 @@ async def test_a_warm_key_makes_no_token_request(
         assert await cache.get(key()) == first
     assert len(fetch.calls) == 1
     assert counters.hits == 100
+
+
+async def test_each_person_has_a_token_of_their_own_for_the_same_account(
+        cache: TenantTokenCache, fetch: FakeTokenRequest) -> None:
+    """A gateway admin who is no member acts as the owner's account: the
+    token is recorded as theirs (proxy.passthrough.token_minting), so it is
+    never the owner's token they are served."""
+    admin = uuid.UUID("00000000-0000-4000-8000-00000000000a")
+    owners = await cache.get(key())
+    admins = await cache.get(key(person=admin.int))
+    assert owners != admins
+    assert [k.person for k in fetch.calls] == [PERSON.int, admin.int]
+    assert await cache.get(key()) == owners and await cache.get(key(person=admin.int)) == admins
 
 
 @pytest.mark.parametrize("elapsed, renewed", [

@@ -120,7 +120,7 @@ class ExpressLane:
         upstream = relay.upstream(admitted.ticket)
         target, fields, pool, timeout = admitted.ticket.decision.target, admitted.fields, upstream.pool, upstream.timeout
 
-        def send(token: str) -> Awaitable[Answer]:
+        def send(token: str, _audit_id: str | None) -> Awaitable[Answer]:  # a read: the API server names its event
             return pool.get(target, b"".join((fields, b"Authorization: Bearer ", token.encode("ascii"), b"\r\n")),
                             timeout=timeout)
 
