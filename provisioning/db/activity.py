@@ -1,5 +1,5 @@
 """The activity timeline's SQL: the gateway's own audit rows and the
-cluster's audit events (migrations 0014, 0016), merged newest first.
+cluster's audit events (migrations 0014, 0017), merged newest first.
 
 Each action once: a write or exec the proxy relayed is both a gateway row
 (ProxyWrite, ProxyExec: the gateway's record, kept as it is) and an event
@@ -68,7 +68,7 @@ _QUERY = f"""
         (SELECT e.time, 'cluster' AS source, lpad(e.id::text, 20, '0') AS key, e.user_id, e.workspace_id,
                 e.credential_id, NULL::text AS action, e.verb, e.resource, e.subresource, e.namespace, e.name, e.code,
                 e.user_agent,
-                -- Rows from before migration 0016 have no `via`: only credentials were joined then.
+                -- Rows from before migration 0017 have no `via`: only credentials were joined then.
                 COALESCE(e.via, (SELECT c.kind FROM credentials c WHERE c.id = e.credential_id)) AS via,
                 e.audit_id
          FROM cluster_events e

@@ -1,4 +1,4 @@
-"""The SQL of the cluster's audit events (migrations 0014, 0016).
+"""The SQL of the cluster's audit events (migrations 0014, 0017).
 
 A batch is written as the API server sent it, in one transaction: COPY
 into a temporary table, then one INSERT that joins each event's `jti` to

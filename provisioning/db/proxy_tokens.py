@@ -1,4 +1,4 @@
-"""The SQL of the proxy's own tokens (migration 0016): each token the proxy's
+"""The SQL of the proxy's own tokens (migration 0017): each token the proxy's
 cache mints is recorded by its `jti` with the person it was minted for, so
 the cluster's audit events made with it are joined to that person
 (provisioning.db.cluster_events). Never the token itself.
