@@ -6,7 +6,8 @@ credentials); making that Secret is an API call, and in a namespace whose
 ResourceQuota counts Secrets (every tier's does) it also updates the
 quota, one at a time per namespace: the larger part of an issuance's time
 (bench/README.md, "Issuance, and what the binding Secret costs"). After an
-issuance, its workspace is topped up in the background to `depth` spares.
+issuance, once the workspace has been quiet for a moment, it is topped up
+in the background to `depth` spares.
 
 What stays true:
 - A spare's row is written before its Secret is made (on record, swept if
@@ -31,6 +32,7 @@ import asyncio
 import datetime
 import logging
 import uuid
+from typing import Callable
 
 from provisioning import manifests, revocation
 from provisioning.background import cancel_and_wait
@@ -77,53 +79,68 @@ async def make_one(db: Database, kube: KubeApi, workspace: Workspace, *, depth: 
     return True
 
 
-async def top_up(db: Database, kube: KubeApi, workspace: Workspace, *, depth: int, within: int) -> int:
+async def top_up(db: Database, kube: KubeApi, workspace: Workspace, *, depth: int, within: int,
+                 go_on: Callable[[], bool] = lambda: True) -> int:
     """Spares made, one after another, until the workspace keeps `depth`
-    (or has no room for more). How many were made."""
+    (or has no room for more), or `go_on` says to stop. How many were made."""
     made = 0
-    while await make_one(db, kube, workspace, depth=depth, within=within):
+    while go_on() and await make_one(db, kube, workspace, depth=depth, within=within):
         made += 1
     return made
 
 
-class SparePool:
-    """Each replica's top-ups: at most one running per workspace, asked for
-    after each issuance (`after_issuance`); a workspace asked for again
-    while its top-up runs is topped up once more after it. `depth` 0: no
-    spares, every issuance makes its own Secret."""
+QUIET_SECONDS = 0.5
+"""How long a workspace goes without an issuance before its spares are
+made again: a burst is served from the spares (and past them, each
+issuance makes its own), and the Secrets are made after it, not beside it
+while people wait (on a machine whose CPU is the bound, that is the
+difference). An issuance during a top-up pauses it the same way."""
 
-    def __init__(self, db: Database, depth: int) -> None:
-        self._db, self.depth = db, depth
+
+class SparePool:
+    """Each replica's top-ups: at most one per workspace, started after an
+    issuance (`after_issuance`) and run once the workspace has been quiet
+    for `QUIET_SECONDS`. `depth` 0: no spares, every issuance makes its own
+    Secret."""
+
+    def __init__(self, db: Database, depth: int, *, quiet_seconds: float = QUIET_SECONDS) -> None:
+        self._db, self.depth, self._quiet = db, depth, quiet_seconds
         self._running: dict[uuid.UUID, asyncio.Task[None]] = {}
-        self._again: set[uuid.UUID] = set()
+        self._last: dict[uuid.UUID, float] = {}
+        """Each workspace with a top-up to come: when its last issuance was."""
 
     def after_issuance(self, kube: KubeApi, workspace: Workspace, within: int) -> None:
         if self.depth == 0:
             return
-        if workspace.id in self._running:
-            self._again.add(workspace.id)
-            return
-        self._running[workspace.id] = asyncio.create_task(self._top_up(kube, workspace, within),
-                                                          name="tenant-gateway-spare-secrets")
+        self._last[workspace.id] = asyncio.get_running_loop().time()
+        if workspace.id not in self._running:
+            self._running[workspace.id] = asyncio.create_task(self._top_up(kube, workspace, within),
+                                                              name="tenant-gateway-spare-secrets")
 
     async def _top_up(self, kube: KubeApi, workspace: Workspace, within: int) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while True:
-                self._again.discard(workspace.id)
+                last = self._last[workspace.id]
+                wait = last + self._quiet - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
                 try:
-                    await top_up(self._db, kube, workspace, depth=self.depth, within=within)
+                    await top_up(self._db, kube, workspace, depth=self.depth, within=within,
+                                 go_on=lambda: self._last[workspace.id] == last)
                 except Exception as error:  # noqa: BLE001 - the next issuance asks again
                     log.warning("spare binding Secrets not made this time; issuances make their own meanwhile",
                                 extra={"namespace": workspace.namespace, "error": type(error).__name__})
                     return
-                if workspace.id not in self._again:
+                if self._last[workspace.id] == last:
                     return
         finally:
             self._running.pop(workspace.id, None)
-            self._again.discard(workspace.id)
+            self._last.pop(workspace.id, None)
 
     async def idle(self) -> None:
-        """Until no top-up runs (what tests wait for)."""
+        """Until no top-up is to come (what tests wait for)."""
         while self._running:
             await asyncio.wait(list(self._running.values()))
 
