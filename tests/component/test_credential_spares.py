@@ -176,3 +176,26 @@ async def test_a_spare_that_cannot_be_made_leaves_nothing_claimable(make_gateway
     # Its row was on record; nothing was made, so it is marked gone at once and never claimed.
     assert len(rows) == 1 and rows[0]["secret_uid"] is None and rows[0]["secret_deleted_at"] is not None
     assert datetime.datetime.now(datetime.timezone.utc) - rows[0]["issued_at"] < datetime.timedelta(minutes=1)
+
+
+async def test_spares_are_made_only_once_the_workspace_is_quiet(make_gateway: Any) -> None:
+    """A pool of this replica's own, beside the gateway's: while issuances
+    keep coming (here: a quiet period longer than the test) nothing is
+    made; a stop leaves nothing behind; a quiet workspace is topped up."""
+    kube = FakeCluster()
+    gateway = await make_gateway(kube=kube, GATEWAY_CREDENTIAL_SPARES="0")
+    db = gateway.server.app[keys.DATABASE]
+    _owner, workspace_id = await team_workspace(gateway)
+    workspace = await repo.get_workspace(db, workspace_id)
+    assert workspace is not None
+    waiting = spares.SparePool(db, 3, quiet_seconds=3600)
+    waiting.after_issuance(kube, workspace, 30)
+    waiting.after_issuance(kube, workspace, 30)  # one top-up per workspace, however many ask
+    await asyncio.sleep(0.1)
+    assert kube.secrets == {} and await spare_rows(db, workspace_id) == []
+    await waiting.stop(timeout=1.0)
+    await waiting.idle()
+    quiet = spares.SparePool(db, 3, quiet_seconds=0)
+    quiet.after_issuance(kube, workspace, 30)
+    await quiet.idle()
+    assert len(await spare_rows(db, workspace_id)) == 3 == len(kube.secrets)
