@@ -137,6 +137,30 @@ class IssuedToken:
 
 
 @dataclass(frozen=True)
+class BindingSecret:
+    """A Secret of the gateway's type a token is (or will be) bound to: an
+    issuance's, or a spare made ahead (provisioning.spares). What deleting
+    it needs; the Secret's name is the issuance's id (manifests)."""
+
+    id: uuid.UUID
+    workspace_id: uuid.UUID
+    namespace: str
+    secret_name: str
+    cluster: str = DEFAULT_CLUSTER
+
+
+@dataclass(frozen=True)
+class Begun:
+    """An issuance's row written (provisioning.db.credentials.begin): its
+    id, its Secret's name, and that Secret's uid when it is a spare's, made
+    already; None when the issuance must make it."""
+
+    id: uuid.UUID
+    secret_name: str
+    secret_uid: str | None
+
+
+@dataclass(frozen=True)
 class Credential:
     """One issuance: the record of a token the gateway handed out, bound to
     its Secret (provisioning.credentials). Never the token itself."""

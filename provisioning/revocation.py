@@ -5,8 +5,9 @@ refuse the token, after at most its own authentication cache (~10 s).
 - `revoke`: one credential, on request (DELETE /api/v1/credentials/{id});
 - `revoke_all`: every live one of a member in a workspace (a member
   removed, a user suspended: provisioning.members);
-- `sweep`: the Secrets of expired credentials, and of issuances cut short,
-  which hold nothing any more and count in the namespace's quota; every
+- `sweep`: the Secrets of expired credentials, and of issuances cut short
+  (spares never claimed among them, provisioning.spares), which hold
+  nothing any more and count in the namespace's quota; every
   replica runs a `Sweeper`, and `tenant-gateway reconcile` sweeps too.
 The Secret goes first, then the row and its audit row: a failure in
 between leaves the token dead and the call to repeat.
@@ -25,7 +26,7 @@ from provisioning.errors import ClusterUnavailable
 from provisioning.fleet import Fleet, client_for
 from provisioning.kube.client import KubeApi
 from provisioning.kube.errors import KubeForbidden, KubeNotFound
-from provisioning.models import AuditEvent, Credential, User
+from provisioning.models import AuditEvent, BindingSecret, Credential, User
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ UNFINISHED_AFTER_SECONDS = 600.0
 """An issuance not confirmed this long after it began was cut short: its Secret is swept."""
 
 
-async def unbind(kube: KubeApi, credential: Credential) -> None:
+async def unbind(kube: KubeApi, credential: Credential | BindingSecret) -> None:
     """The Secret gone: every token bound to it stops authenticating. A
     plain delete (background propagation, no dry run): the only kind the
     gateway may make (admission.yaml, tenant-gateway-credential-secrets)."""
@@ -45,15 +46,17 @@ async def unbind(kube: KubeApi, credential: Credential) -> None:
         pass
 
 
-async def unbind_quietly(kube: KubeApi, credential: Credential) -> None:
-    """`unbind` if the cluster lets us now; if not, the sweep does, once its
-    row says so (its row is on record). Shielded: a cancelled request still
-    deletes what it made."""
+async def unbind_quietly(kube: KubeApi, credential: Credential | BindingSecret) -> bool:
+    """`unbind` if the cluster lets us now (True); if not, the sweep does,
+    once its row says so (its row is on record). Shielded: a cancelled
+    request still deletes what it made."""
     try:
         await asyncio.shield(unbind(kube, credential))
     except Exception as error:  # noqa: BLE001 - the sweep finishes it
         log.warning("an issuance's binding Secret was left for the sweep",
                     extra={"namespace": credential.namespace, "error": type(error).__name__})
+        return False
+    return True
 
 
 async def revoke(db: Database, kube: KubeApi, credential: Credential, actor: User | None,

@@ -32,6 +32,7 @@ from provisioning.fleet import Fleet
 from provisioning.kube.client import KubeApi
 from provisioning.models import IssuedToken, User
 from provisioning.revocation import Sweeper
+from provisioning.spares import SparePool
 from proxy import keys
 from proxy.auth.authenticating import Authenticator
 from proxy.auth.oidc_registry import OIDCRegistry
@@ -202,8 +203,10 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
 
     async def credential_sweep(app: web.Application) -> AsyncIterator[None]:
         sweeper = Sweeper(app[keys.DATABASE], app[keys.FLEET])
+        app[keys.SPARES] = spares = SparePool(app[keys.DATABASE], settings.credential_spares)
         await sweeper.start()
         yield
+        await spares.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
         await sweeper.stop(timeout=min(1.0, max(0.2, drain.remaining() / 4)))
 
     async def pass_through_upstreams(app: web.Application) -> AsyncIterator[None]:

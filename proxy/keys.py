@@ -10,6 +10,7 @@ from provisioning.audit import AuditWriter
 from provisioning.db.pool import Database
 from provisioning.events import EventListener
 from provisioning.fleet import Fleet
+from provisioning.spares import SparePool
 from proxy.auth.authenticating import Authenticator, Principal
 from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.http.draining import Drain
@@ -34,6 +35,8 @@ UPSTREAMS: web.AppKey[Mapping[str, UpstreamApi]] = web.AppKey("upstreams")
 """The pass-through's own clients to the API servers, by cluster: they carry tenant tokens only."""
 EXPRESS = web.AppKey("express", ExpressLane)
 """The express lane (proxy.passthrough.express), which proxy.server.front's connections use."""
+SPARES = web.AppKey("spares", SparePool)
+"""This replica's top-ups of spare binding Secrets (provisioning.spares)."""
 DRAIN = web.AppKey("drain", Drain)
 """The graceful stop's state and deadline (proxy.http.draining)."""
 METRICS_ADDRESS: web.AppKey[tuple[str, int]] = web.AppKey("metrics_address")

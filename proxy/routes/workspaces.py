@@ -139,8 +139,8 @@ async def _issue(request: web.Request, who: Principal, seat: Seat,
     await issuance_allowed(request, who.user.id)
     return await credentials.issue_token(
         app[keys.DATABASE], app[keys.FLEET].of(seat.workspace).kube, settings.cluster_roles, settings.tiers,
-        who.user, seat.workspace.id, ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds,
-        kind=kind, user_agent=request.headers.get("User-Agent"))
+        who.user, seat, ip_address=client_ip(request), ttl_seconds=settings.token_ttl_seconds,
+        kind=kind, user_agent=request.headers.get("User-Agent"), spares=app[keys.SPARES])
 
 
 @routes.get("/api/v1/workspaces/credentials/kubeconfig")

@@ -152,6 +152,11 @@ class Settings:
     """Registrations per address: each makes an account."""
     rate_kubeconfig: RateLimit = setting(RateLimit(30, 60), env="GATEWAY_RATE_KUBECONFIG", read=readers.rate_limit)
     """Kubeconfig and token issuance per user: each is a TokenRequest and an audit row."""
+    credential_spares: int = setting(8, env="GATEWAY_CREDENTIAL_SPARES", read=readers.whole(0, 64))
+    """Binding Secrets each workspace keeps made ahead (provisioning.spares),
+    so an issuance binds its token to one instead of making one while the
+    person waits: within the tier's live credentials, gone ten minutes after
+    the workspace's last issuance. 0: every issuance makes its own."""
     max_streams_per_workspace: int = setting(100, env="GATEWAY_MAX_STREAMS_PER_WORKSPACE", read=readers.whole(1, MAX_COUNT))
     """Open proxied streams (watch, logs, exec, attach, port-forward) per workspace, over every replica; one more is 429."""
     stream_buffer_bytes: int = setting(64 * 1024 * 1024, env="GATEWAY_STREAM_BUFFER_BYTES",

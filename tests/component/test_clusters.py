@@ -246,10 +246,13 @@ async def test_each_credential_records_its_cluster_and_the_sweep_goes_on_past_a_
         answer = await person.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}")
         assert answer.status == 200, await answer.text()
     db = gateway.server.app[keys.DATABASE]
-    rows = {row["workspace_id"]: row["cluster"]
-            for row in await db.fetch("SELECT workspace_id, cluster FROM credentials")}
-    assert rows == {a_id: "a", b_id: "b"}
-    # Test setup: both expired, and b's API server gone (a FAKE that cannot be reached on cue).
+    await gateway.server.app[keys.SPARES].idle()
+    rows = await db.fetch("SELECT workspace_id, cluster FROM credentials")
+    # Each issuance's row and each spare's made after it (provisioning.spares), on its workspace's cluster.
+    assert {(row["workspace_id"], row["cluster"]) for row in rows} == {(a_id, "a"), (b_id, "b")}
+    held = {name: len(kubes[name].secrets) for name in ("a", "b")}
+    assert held["a"] > 1 and [row["cluster"] for row in rows].count("a") == held["a"]
+    # Test setup: all expired, and b's API server gone (a FAKE that cannot be reached on cue).
     await db.fetch("UPDATE credentials SET expires_at = now() - interval '1 minute'")
     fleet = gateway.server.app[keys.FLEET]
 
@@ -257,11 +260,11 @@ async def test_each_credential_records_its_cluster_and_the_sweep_goes_on_past_a_
         raise ClusterUnavailable()
 
     kubes["b"].delete = unreachable  # type: ignore[method-assign]
-    assert await revocation.sweep(db, fleet) == 1  # a's; b's waits for a later sweep
-    assert len(kubes["a"].unbound) == 1 and kubes["b"].unbound == [] and len(kubes["b"].secrets) == 1
+    assert await revocation.sweep(db, fleet) == held["a"]  # a's; b's wait for a later sweep
+    assert kubes["a"].secrets == {} and kubes["b"].unbound == [] and len(kubes["b"].secrets) == held["b"]
     del kubes["b"].delete
-    assert await revocation.sweep(db, fleet) == 1
-    assert len(kubes["b"].unbound) == 1
+    assert await revocation.sweep(db, fleet) == held["b"]
+    assert kubes["b"].secrets == {}
 
 
 async def test_a_suspended_users_accounts_go_on_every_cluster_they_are_a_member_on(

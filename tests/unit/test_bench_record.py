@@ -73,6 +73,22 @@ def test_the_issuance_row_reports_the_gateway_against_both_api_paths_and_what_th
     assert old["issuance_vs_raw_bound"] == "" and old["binding_cost_vs_unbound"] == ""
 
 
+def test_the_issuance_row_judges_one_workspace_and_eight_side_by_side() -> None:
+    from bench.workloads.issuing import issuance_verdicts
+
+    spread = {"gateway": {"rate": 300.0, "p99_ms": 45.0}, "raw": {"rate": 340.0}, "raw_bound": {"rate": 290.0}}
+    issuance = {"gateway": {"rate": 80.0, "p99_ms": 60.0}, "raw": {"rate": 400.0}, "raw_bound": {"rate": 100.0},
+                "spread": spread}
+    assert [(name, value, ok) for name, value, ok in issuance_verdicts(issuance)] == [
+        ("issuance >= 0.85x raw TokenRequest", "0.20x", False), ("issuance p99 <= 50 ms", "60.0 ms", False),
+        ("binding <= 1.15x the cost without", "4.00x", False),
+        ("issuance >= 0.85x raw TokenRequest, 8 workspaces", "0.88x", True),
+        ("issuance p99 <= 50 ms, 8 workspaces", "45.0 ms", True),
+        ("binding <= 1.15x the cost without, 8 workspaces", "1.17x", False)]
+    # The history keeps the one-workspace figures, as every earlier run has them.
+    assert history_row(_result(issuance=issuance))["issuance_vs_raw"] == "0.2"
+
+
 def test_the_revocation_and_audit_ingest_rows_are_their_headline_figures() -> None:
     row = history_row(_result(
         revocation={"idle": {"p50_ms": 14.25, "p99_ms": 18.75}, "in_use": {"p50_ms": 5012.5, "p99_ms": 9876.5}},
