@@ -25,6 +25,7 @@ import aiohttp
 import yaml
 
 from bench.stack import Stack, Tenant
+from bench.workloads.common import QUICK, ROUNDS, interleaved
 from devstack.nodeparts import BUSYBOX_IMAGE
 
 BLOB_MIB = 64
@@ -153,6 +154,11 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
     endpoints = _endpoints(stack, tenant)
     rtt: dict[str, list[float]] = {target: [] for target in endpoints}
     throughput: dict[str, list[float]] = {target: [] for target in endpoints}
+    # CPU seconds per round of port-forward: the gateway's (what it adds to
+    # the two cores every other process of the path shares), and kubectl's
+    # on either path (what the gateway's way of writing costs its client).
+    gateway_cpu: list[float] = []
+    kubectl_cpu: dict[str, list[float]] = {target: [] for target in endpoints}
     forwards = {}
     try:
         for target, (server, token, ca) in endpoints.items():
@@ -161,7 +167,12 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
         for target in order:
             server, token, ca = endpoints[target]
             rtt[target] += await _round_trips(server, token, ca, tenant.namespace, round_trips)
-            throughput[target].append(await _download_mib_per_s(forwards[target][1]))
+            kubectl, port = forwards[target]
+            cpu_before = stack.cpu_seconds(stack.gateway), stack.cpu_seconds(kubectl)
+            throughput[target].append(await _download_mib_per_s(port))
+            kubectl_cpu[target].append(stack.cpu_seconds(kubectl) - cpu_before[1])
+            if target == "gateway":
+                gateway_cpu.append(stack.cpu_seconds(stack.gateway) - cpu_before[0])
     finally:
         for process, _port in forwards.values():
             process.kill()
@@ -179,6 +190,8 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
         "port_forward_mib_per_s": {target: statistics.median(values) for target, values in throughput.items()},
         # Every round, in order: the spread between rounds is as large as the gap to the target.
         "port_forward_rounds_mib_per_s": throughput,
+        "port_forward_gateway_cpu_s_per_round": gateway_cpu,
+        "port_forward_kubectl_cpu_s_per_round": kubectl_cpu,
         "kib_per_exec_session": per_session,
         "exec_sessions": sessions,
     }
@@ -193,3 +206,30 @@ def pod_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ("port-forward >= 0.8x direct", f"{forward_ratio:.2f}x", forward_ratio >= 0.8),
         ("<= 150 KiB per exec session", f"{r['kib_per_exec_session']:.0f} KiB", r["kib_per_exec_session"] <= 150),
     ]
+
+
+def print_pods(r: dict[str, Any]) -> None:
+    print("\npod streams          target       exec p50 ms  exec p99 ms  port-forward MiB/s  (rounds)")
+    for target, v in r["exec_round_trip"].items():
+        rounds = ", ".join(f"{value:.0f}" for value in r["port_forward_rounds_mib_per_s"][target])
+        print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
+              f"{r['port_forward_mib_per_s'][target]:>12.1f}        ({rounds})")
+    def seconds(values: list[float]) -> str:
+        return ", ".join(f"{value:.3f}" for value in values)
+    print(f"  CPU s per {BLOB_MIB} MiB round: gateway {seconds(r['port_forward_gateway_cpu_s_per_round'])}")
+    for target, values in r["port_forward_kubectl_cpu_s_per_round"].items():
+        print(f"  {'':<20} kubectl, {target}: {seconds(values)}")
+
+
+async def _standalone(stack: Stack) -> dict[str, Any]:
+    """The pod-stream rows alone, as in a full run (`python -m bench.pods`)."""
+    async with stack.session() as session:
+        tenant = await stack.new_tenant(session)
+    return await pod_streams(stack, tenant, order=interleaved(["direct", "gateway"], ROUNDS),
+                             round_trips=200 if QUICK else 1000, sessions=50 if QUICK else 200)
+
+
+if __name__ == "__main__":
+    from bench.alone import run_alone
+
+    run_alone("pod-streams", _standalone, pod_verdicts, print_pods)
