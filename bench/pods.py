@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import yaml
 
 from bench.stack import Stack, Tenant
@@ -132,6 +133,27 @@ async def _download_mib_per_s(port: int) -> float:
     return BLOB_MIB / elapsed
 
 
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    """CPU seconds of every process this run started (the control plane, the
+    node, the gateway, kubectl), by pid."""
+    found = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+            found[process.pid] = (process.name(), times.user + times.system)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _cpu_spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds spent between two `_cpu_by_process` readings, by process name. Pure."""
+    spent: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        spent[name] = spent.get(name, 0.0) + seconds - before.get(pid, (name, 0.0))[1]
+    return {name: round(seconds, 3) for name, seconds in sorted(spent.items()) if seconds >= 0.005}
+
+
 async def _kib_per_exec_session(stack: Stack, server: str, token: str, ca: str, namespace: str,
                                 sessions: int) -> float:
     context = ssl.create_default_context(cafile=ca)
@@ -159,6 +181,8 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
     # on either path (what the gateway's way of writing costs its client).
     gateway_cpu: list[float] = []
     kubectl_cpu: dict[str, list[float]] = {target: [] for target in endpoints}
+    # And every process of the run's, by name: where a round's CPU goes on either path.
+    round_cpu: dict[str, list[dict[str, float]]] = {target: [] for target in endpoints}
     forwards = {}
     try:
         for target, (server, token, ca) in endpoints.items():
@@ -169,7 +193,9 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
             rtt[target] += await _round_trips(server, token, ca, tenant.namespace, round_trips)
             kubectl, port = forwards[target]
             cpu_before = stack.cpu_seconds(stack.gateway), stack.cpu_seconds(kubectl)
+            every_before = _cpu_by_process()
             throughput[target].append(await _download_mib_per_s(port))
+            round_cpu[target].append(_cpu_spent(every_before, _cpu_by_process()))
             kubectl_cpu[target].append(stack.cpu_seconds(kubectl) - cpu_before[1])
             if target == "gateway":
                 gateway_cpu.append(stack.cpu_seconds(stack.gateway) - cpu_before[0])
@@ -192,6 +218,7 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
         "port_forward_rounds_mib_per_s": throughput,
         "port_forward_gateway_cpu_s_per_round": gateway_cpu,
         "port_forward_kubectl_cpu_s_per_round": kubectl_cpu,
+        "port_forward_cpu_s_by_process_per_round": round_cpu,
         "kib_per_exec_session": per_session,
         "exec_sessions": sessions,
     }
@@ -219,6 +246,9 @@ def print_pods(r: dict[str, Any]) -> None:
     print(f"  CPU s per {BLOB_MIB} MiB round: gateway {seconds(r['port_forward_gateway_cpu_s_per_round'])}")
     for target, values in r["port_forward_kubectl_cpu_s_per_round"].items():
         print(f"  {'':<20} kubectl, {target}: {seconds(values)}")
+    for target, rounds in r["port_forward_cpu_s_by_process_per_round"].items():
+        for spent in rounds:
+            print(f"  {target:<8} total {sum(spent.values()):.2f} s: {spent}")
 
 
 async def _standalone(stack: Stack) -> dict[str, Any]:
