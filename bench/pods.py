@@ -216,12 +216,20 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
         "port_forward_mib_per_s": {target: statistics.median(values) for target, values in throughput.items()},
         # Every round, in order: the spread between rounds is as large as the gap to the target.
         "port_forward_rounds_mib_per_s": throughput,
+        "port_forward_paired_ratios": [round(ratio, 3) for ratio in paired_ratios(throughput)],
         "port_forward_gateway_cpu_s_per_round": gateway_cpu,
         "port_forward_kubectl_cpu_s_per_round": kubectl_cpu,
         "port_forward_cpu_s_by_process_per_round": round_cpu,
         "kib_per_exec_session": per_session,
         "exec_sessions": sessions,
     }
+
+
+def paired_ratios(rounds: dict[str, list[float]]) -> list[float]:
+    """Each batch's gateway round over its direct round (the two run back to
+    back, in a shuffled order: `interleaved`), so a background that moves
+    between batches moves both sides of a ratio. Pure."""
+    return [gateway / direct for direct, gateway in zip(rounds["direct"], rounds["gateway"])]
 
 
 def pod_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -241,6 +249,11 @@ def print_pods(r: dict[str, Any]) -> None:
         rounds = ", ".join(f"{value:.0f}" for value in r["port_forward_rounds_mib_per_s"][target])
         print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
               f"{r['port_forward_mib_per_s'][target]:>12.1f}        ({rounds})")
+    paired = r.get("port_forward_paired_ratios", [])
+    if paired:
+        print(f"  port-forward ratio per batch: {', '.join(f'{ratio:.2f}' for ratio in paired)}"
+              f" (median {statistics.median(paired):.2f})")
+
     def seconds(values: list[float]) -> str:
         return ", ".join(f"{value:.3f}" for value in values)
     print(f"  CPU s per {BLOB_MIB} MiB round: gateway {seconds(r['port_forward_gateway_cpu_s_per_round'])}")
