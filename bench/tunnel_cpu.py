@@ -3,8 +3,10 @@ any relay that terminates TLS on both legs, without the cluster (no lock).
 
 `python -m bench.tunnel_cpu [ROUNDS]`: three processes on loopback, TLS on
 both legs as in the gateway: a source that answers a WebSocket upgrade with
-101 and then sends 64 MiB in 32 KiB binary frames per round; a relay; a sink
-that reads them. The relay is, in interleaved rounds, either the gateway's
+101 and then sends 64 MiB per round in binary frames of 4 KiB, each in a TLS
+record of its own, as the API server sends a port-forward's (its gorilla
+WebSocket writes frames from net/http's 4 KiB buffer, one write each); a
+relay; a sink that reads them. The relay is, in interleaved rounds, either the gateway's
 own tunnel (aiohttp on uvloop, `http1.Pool.upgrade`, then
 `proxy.passthrough.websockets._Tunnel`, as `relay_websocket` runs it after
 the gate and the audit) or the bare floor: an asyncio protocol per leg that
@@ -39,7 +41,8 @@ from proxy.passthrough.stream_buffers import StreamBuffers
 from proxy.passthrough.websockets import _Tunnel, accept_key
 
 SIZE = 64 << 20
-FRAME = 32 << 10
+FRAME = 4096 - 4
+"""A frame's payload: with its 4-byte header, the API server's 4 KiB write buffer."""
 _KEY = base64.b64encode(b"tunnel-cpu-bench").decode()
 
 
@@ -96,7 +99,7 @@ def _sink(folder: Path, port: int, rounds: int, times: Any) -> None:
     head = _head(stream)
     assert b" 101 " in head.split(b"\r\n", 1)[0], head
     carried = head.split(b"\r\n\r\n", 1)[1]
-    expected = (SIZE // FRAME) * (FRAME + 4)
+    expected = (SIZE // FRAME) * (FRAME + 4)  # what the source sends per round
     buffer = bytearray(1 << 20)
     for _ in range(rounds):
         began = time.perf_counter()
