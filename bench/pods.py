@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import psutil
 import yaml
 
 from bench.stack import Stack, Tenant
+from bench.workloads.common import QUICK, ROUNDS, interleaved
 from devstack.nodeparts import BUSYBOX_IMAGE
 
 BLOB_MIB = 64
@@ -131,6 +133,27 @@ async def _download_mib_per_s(port: int) -> float:
     return BLOB_MIB / elapsed
 
 
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    """CPU seconds of every process this run started (the control plane, the
+    node, the gateway, kubectl), by pid."""
+    found = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+            found[process.pid] = (process.name(), times.user + times.system)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _cpu_spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds spent between two `_cpu_by_process` readings, by process name. Pure."""
+    spent: dict[str, float] = {}
+    for pid, (name, seconds) in after.items():
+        spent[name] = spent.get(name, 0.0) + seconds - before.get(pid, (name, 0.0))[1]
+    return {name: round(seconds, 3) for name, seconds in sorted(spent.items()) if seconds >= 0.005}
+
+
 async def _kib_per_exec_session(stack: Stack, server: str, token: str, ca: str, namespace: str,
                                 sessions: int) -> float:
     context = ssl.create_default_context(cafile=ca)
@@ -153,6 +176,13 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
     endpoints = _endpoints(stack, tenant)
     rtt: dict[str, list[float]] = {target: [] for target in endpoints}
     throughput: dict[str, list[float]] = {target: [] for target in endpoints}
+    # CPU seconds per round of port-forward: the gateway's (what it adds to
+    # the two cores every other process of the path shares), and kubectl's
+    # on either path (what the gateway's way of writing costs its client).
+    gateway_cpu: list[float] = []
+    kubectl_cpu: dict[str, list[float]] = {target: [] for target in endpoints}
+    # And every process of the run's, by name: where a round's CPU goes on either path.
+    round_cpu: dict[str, list[dict[str, float]]] = {target: [] for target in endpoints}
     forwards = {}
     try:
         for target, (server, token, ca) in endpoints.items():
@@ -161,7 +191,14 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
         for target in order:
             server, token, ca = endpoints[target]
             rtt[target] += await _round_trips(server, token, ca, tenant.namespace, round_trips)
-            throughput[target].append(await _download_mib_per_s(forwards[target][1]))
+            kubectl, port = forwards[target]
+            cpu_before = stack.cpu_seconds(stack.gateway), stack.cpu_seconds(kubectl)
+            every_before = _cpu_by_process()
+            throughput[target].append(await _download_mib_per_s(port))
+            round_cpu[target].append(_cpu_spent(every_before, _cpu_by_process()))
+            kubectl_cpu[target].append(stack.cpu_seconds(kubectl) - cpu_before[1])
+            if target == "gateway":
+                gateway_cpu.append(stack.cpu_seconds(stack.gateway) - cpu_before[0])
     finally:
         for process, _port in forwards.values():
             process.kill()
@@ -179,9 +216,20 @@ async def pod_streams(stack: Stack, tenant: Tenant, *, order: list[str], round_t
         "port_forward_mib_per_s": {target: statistics.median(values) for target, values in throughput.items()},
         # Every round, in order: the spread between rounds is as large as the gap to the target.
         "port_forward_rounds_mib_per_s": throughput,
+        "port_forward_paired_ratios": [round(ratio, 3) for ratio in paired_ratios(throughput)],
+        "port_forward_gateway_cpu_s_per_round": gateway_cpu,
+        "port_forward_kubectl_cpu_s_per_round": kubectl_cpu,
+        "port_forward_cpu_s_by_process_per_round": round_cpu,
         "kib_per_exec_session": per_session,
         "exec_sessions": sessions,
     }
+
+
+def paired_ratios(rounds: dict[str, list[float]]) -> list[float]:
+    """Each batch's gateway round over its direct round (the two run back to
+    back, in a shuffled order: `interleaved`), so a background that moves
+    between batches moves both sides of a ratio. Pure."""
+    return [gateway / direct for direct, gateway in zip(rounds["direct"], rounds["gateway"])]
 
 
 def pod_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -193,3 +241,38 @@ def pod_verdicts(r: dict[str, Any]) -> list[tuple[str, str, bool]]:
         ("port-forward >= 0.8x direct", f"{forward_ratio:.2f}x", forward_ratio >= 0.8),
         ("<= 150 KiB per exec session", f"{r['kib_per_exec_session']:.0f} KiB", r["kib_per_exec_session"] <= 150),
     ]
+
+
+def print_pods(r: dict[str, Any]) -> None:
+    print("\npod streams          target       exec p50 ms  exec p99 ms  port-forward MiB/s  (rounds)")
+    for target, v in r["exec_round_trip"].items():
+        rounds = ", ".join(f"{value:.0f}" for value in r["port_forward_rounds_mib_per_s"][target])
+        print(f"  {'':<18} {target:<14} {v['p50_ms']:>9.2f}  {v['p99_ms']:>11.2f}  "
+              f"{r['port_forward_mib_per_s'][target]:>12.1f}        ({rounds})")
+    paired = r.get("port_forward_paired_ratios", [])
+    if paired:
+        print(f"  port-forward ratio per batch: {', '.join(f'{ratio:.2f}' for ratio in paired)}"
+              f" (median {statistics.median(paired):.2f})")
+
+    def seconds(values: list[float]) -> str:
+        return ", ".join(f"{value:.3f}" for value in values)
+    print(f"  CPU s per {BLOB_MIB} MiB round: gateway {seconds(r['port_forward_gateway_cpu_s_per_round'])}")
+    for target, values in r["port_forward_kubectl_cpu_s_per_round"].items():
+        print(f"  {'':<20} kubectl, {target}: {seconds(values)}")
+    for target, rounds in r["port_forward_cpu_s_by_process_per_round"].items():
+        for spent in rounds:
+            print(f"  {target:<8} total {sum(spent.values()):.2f} s: {spent}")
+
+
+async def _standalone(stack: Stack) -> dict[str, Any]:
+    """The pod-stream rows alone, as in a full run (`python -m bench.pods`)."""
+    async with stack.session() as session:
+        tenant = await stack.new_tenant(session)
+    return await pod_streams(stack, tenant, order=interleaved(["direct", "gateway"], ROUNDS),
+                             round_trips=200 if QUICK else 1000, sessions=50 if QUICK else 200)
+
+
+if __name__ == "__main__":
+    from bench.alone import run_alone
+
+    run_alone("pod-streams", _standalone, pod_verdicts, print_pods)

@@ -111,6 +111,24 @@ class FrameBoundary:
                     return position
             if (stop_at_boundary and not self._header) or position == end:
                 return position
+            if not self._header and end - position >= _MAX_FRAME_HEADER:
+                # The common case, a whole header in this piece: read in
+                # place (a port-forward's frames are 4 KiB, so this runs
+                # some 16,000 times per 64 MiB).
+                second = chunk[position + 1]
+                length = second & 0x7F
+                if length == 126:
+                    length = (chunk[position + 2] << 8) | chunk[position + 3]
+                    position += 4
+                elif length == 127:
+                    length = int.from_bytes(chunk[position + 2:position + 10], "big")
+                    position += 10
+                else:
+                    position += 2
+                if second & 0x80:
+                    position += 4
+                self._remaining = length
+                continue
             header = self._header + chunk[position:position + _MAX_FRAME_HEADER]
             size = _frame_header_size(header)
             if size is None or len(header) < size:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import hashlib
 import json
 import os
 import pty
 import struct
 import termios
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,21 @@ from kubernetes import client as k8s
 from kubernetes.stream import portforward, stream
 
 from devstack.cluster import LocalCluster
+from tests.support.gatewayclient import admin_session
 from tests.support.kubeclients import from_token
-from tests.support.pods import Tenant, read_until
-from tests.support.pods import HTTP_SERVER, RESIZE, STATUS, STDERR, STDIN, STDOUT, exec_url, forwarded_port
+from tests.support.pods import (
+    ECHO_SERVER,
+    HTTP_SERVER,
+    RESIZE,
+    STATUS,
+    STDERR,
+    STDIN,
+    STDOUT,
+    Tenant,
+    exec_url,
+    forwarded_port,
+    read_until,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -147,6 +161,84 @@ async def test_kubectl_port_forward_carries_http(tenant: Tenant) -> None:
     finally:
         process.kill()
         await process.wait()
+
+
+async def echoed(port: int, payload: bytes) -> bytes:
+    """`payload` sent to the pod's echo server through the forwarded port
+    while its echo is read back at the same time (both directions in flight
+    at once, as a relay that carried one direction at a time could not)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def send() -> None:
+        for start in range(0, len(payload), 64 * 1024):
+            writer.write(payload[start:start + 64 * 1024])
+            await writer.drain()
+
+    try:
+        async with asyncio.timeout(60):
+            sending = asyncio.create_task(send())
+            back = await reader.readexactly(len(payload))
+            await sending
+    finally:
+        writer.close()
+    return back
+
+
+async def test_kubectl_port_forward_carries_bytes_both_ways_intact(tenant: Tenant) -> None:
+    """8 MiB of random bytes to the pod and back over one forwarded
+    connection: the tunnel's frames (WebSocket carrying SPDY) cross the
+    gateway byte for byte, in both directions at once."""
+    pod = await tenant.run_pod(ECHO_SERVER)
+    process = await tenant.spawn("port-forward", pod, ":9000")
+    try:
+        port = await forwarded_port(process)
+        payload = os.urandom(8 * 1024 * 1024)
+        back = await echoed(port, payload)
+        assert hashlib.sha256(back).digest() == hashlib.sha256(payload).digest()
+    finally:
+        process.kill()
+        await process.wait()
+
+
+async def test_suspension_cuts_a_live_port_forward(tenant: Tenant, gateway: Any, database_url: str) -> None:
+    """A port-forward admitted before its workspace was suspended ends when
+    it is suspended, within the cut's bound (a clean end, else a cut, in
+    CLEAN_END_SECONDS), while bytes are flowing through it: kubectl loses
+    its tunnel and exits, and its local connection ends."""
+    pod = await tenant.run_pod(ECHO_SERVER)
+    process = await tenant.spawn("port-forward", pod, ":9000")
+    try:
+        port = await forwarded_port(process)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"ping\n")
+        assert await asyncio.wait_for(reader.readexactly(5), 30) == b"ping\n"
+
+        async def keep_echoing() -> None:
+            # Bytes in flight both ways when the cut comes, until the connection ends.
+            try:
+                while True:
+                    writer.write(b"x" * 4096)
+                    await writer.drain()
+                    if not await reader.read(65536):
+                        return
+            except ConnectionError:
+                return
+
+        flowing = asyncio.create_task(keep_echoing())
+        await asyncio.sleep(0.5)
+        root = await admin_session(gateway, database_url)
+        started = time.monotonic()
+        suspended = await root.call("POST", f"/api/v1/workspaces/{tenant.workspace['id']}/suspend")
+        assert suspended.status == 200
+        async with asyncio.timeout(30):
+            await process.wait()
+            await flowing
+        assert time.monotonic() - started < 5
+        writer.close()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 async def http_get(port: int) -> str:

@@ -7,20 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
+from urllib.parse import urlencode
 
 from devstack.cluster import LocalCluster
 from devstack.nodeparts import BUSYBOX_IMAGE
 from tests.support.gatewayclient import Session, register_and_login
 from tests.support.kubeclients import kubeconfig_for_proxy
-from urllib.parse import urlencode
-import re
-
 
 # What Pod Security `restricted` (every tier's default) asks of a pod and of
 # each container: a numeric user that is not root (busybox's image would run
@@ -130,6 +128,8 @@ async def read_until(stream: asyncio.StreamReader, needle: bytes, limit: float =
 # A busybox httpd serving one page on port 8080 (port-forward tests).
 HTTP_SERVER = ("mkdir -p /tmp/www && echo hello-from-the-pod > /tmp/www/index.html"
                " && exec httpd -f -p 8080 -h /tmp/www")  # /tmp: the pod runs as nobody
+# A busybox nc that echoes every connection on port 9000 back to it (port-forward's bytes both ways).
+ECHO_SERVER = "while true; do nc -l -p 9000 -e cat; done"
 # The channels of v5.channel.k8s.io (a browser's exec WebSocket).
 STDIN, STDOUT, STDERR, STATUS, RESIZE = 0, 1, 2, 3, 4
 

@@ -118,3 +118,19 @@ def test_a_header_split_across_three_pieces() -> None:
     for piece in (data[:1], data[1:3], data[3:12], data[12:]):
         assert boundary.feed(piece) == len(piece)
     assert boundary.at_boundary
+
+
+def test_a_port_forwards_frames_many_to_a_read_with_the_last_one_cut() -> None:
+    """The API server's port-forward frames (4 KiB, one to a record) arrive
+    dozens to a read, the last often cut short: every header is followed,
+    whichever way it arrives."""
+    frames = [ws_frame(bytes([index % 256]) * 4092, masked=index % 3 == 0) for index in range(40)]
+    stream = b"".join(frames)
+    ends = {sum(len(one) for one in frames[:index + 1]) for index in range(len(frames))}
+    for read in (4096, 65536, 100_000, 262_144):
+        boundary, fed = FrameBoundary(), 0
+        while fed < len(stream):
+            piece = stream[fed:fed + read]
+            assert boundary.feed(piece) == len(piece)
+            fed += len(piece)
+            assert boundary.at_boundary == (fed in ends), (read, fed)
