@@ -22,6 +22,7 @@ from provisioning.db import migrate as migrations
 from provisioning.db import repositories as repo
 from provisioning.db.pool import Database
 from provisioning.models import AuditEvent, Credential
+from provisioning.spares import CLAIMABLE_SECONDS
 from provisioning.tiers import DEFAULT_LIVE_CREDENTIALS
 from tests.support.databases import new_database
 
@@ -128,7 +129,8 @@ async def test_an_issuance_is_recorded_only_for_the_workspace_as_it_was_read(dat
             now = datetime.datetime.now(datetime.timezone.utc)
             credential = Credential(uuid.uuid4(), user.id, claimed.id, "kubeconfig", claimed.namespace,
                                     "sa-tenant-admin", "credential-x", None, now, now + datetime.timedelta(hours=2))
-            assert await credential_rows.begin(db, credential, within=DEFAULT_LIVE_CREDENTIALS)
+            assert await credential_rows.begin(db, credential, within=DEFAULT_LIVE_CREDENTIALS,
+                                               claimable_seconds=CLAIMABLE_SECONDS)
             return await credential_rows.finish(db, credential.id, "jti", credential.expires_at, user.id, uid, event)
 
         assert not await issued("uid-1")  # still provisioning
