@@ -20,6 +20,7 @@ from typing import Callable, Generic, Iterator, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+G = TypeVar("G")
 
 
 class ExpiringMap(Generic[K, V]):
@@ -78,3 +79,49 @@ class ExpiringMap(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._data)
+
+
+class GroupIndex(Generic[G, K, V]):
+    """The keys of an ExpiringMap by group (a workspace's namespace, a
+    user), so that dropping a group's entries costs the group's size, not a
+    walk over every entry: a burst of changes then costs the same however
+    many tenants are cached.
+
+    Keys the map has since dropped (pushed out, expired) may linger in their
+    group; the index is rebuilt from the map once it has taken in twice the
+    map's size, so a rebuild costs O(1) per key added, amortised.
+    """
+
+    __slots__ = ("_entries", "_group_of", "_groups", "_indexed")
+
+    def __init__(self, entries: ExpiringMap[K, V], group_of: Callable[[K, V], G]) -> None:
+        self._entries = entries
+        self._group_of = group_of
+        self._groups: dict[G, set[K]] = {}
+        self._indexed = 0
+
+    def add(self, key: K, value: V) -> None:
+        """Index `key`, just stored in the map with `value`."""
+        keys = self._groups.setdefault(self._group_of(key, value), set())
+        if key in keys:
+            return
+        keys.add(key)
+        self._indexed += 1
+        if self._indexed > 2 * len(self._entries) + 64:
+            groups: dict[G, set[K]] = {}
+            for stored, stored_value in self._entries.items():
+                groups.setdefault(self._group_of(stored, stored_value), set()).add(stored)
+            self._groups = groups
+            self._indexed = len(self._entries)
+
+    def drop_group(self, group: G) -> set[K]:
+        """Remove every entry of `group` from the map; the keys it had."""
+        keys = self._groups.pop(group, set())
+        self._indexed -= len(keys)
+        for key in keys:
+            self._entries.pop(key)
+        return keys
+
+    def clear(self) -> None:
+        self._groups.clear()
+        self._indexed = 0

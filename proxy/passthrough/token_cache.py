@@ -40,7 +40,7 @@ from typing import Awaitable, Callable, NamedTuple
 
 from provisioning.clusters import DEFAULT_CLUSTER
 from provisioning.models import IssuedToken
-from proxy.http.expiring import ExpiringMap
+from proxy.http.expiring import ExpiringMap, GroupIndex
 
 
 class TokenKey(NamedTuple):
@@ -91,14 +91,10 @@ class TenantTokenCache:
         self._clock = clock
         self._wall_clock = wall_clock
         self._entries: ExpiringMap[TokenKey, _Entry] = ExpiringMap(maxsize, clock)
-        self._maxsize = maxsize
-        # Every change of a workspace evicts its namespace's tokens (evict_namespace,
-        # on every replica): found here, not by a walk over every tenant's token,
-        # so a burst of changes costs the same however many tenants are cached.
-        # Keys the map has since dropped (pushed out, expired) may linger; the
-        # index is rebuilt from the map when it holds twice the map's bound.
-        self._by_namespace: dict[str, set[TokenKey]] = {}
-        self._indexed = 0
+        # Every change of a workspace evicts its namespace's tokens
+        # (evict_namespace, on every replica), found by this index.
+        self._by_namespace: GroupIndex[str, TokenKey, _Entry] = GroupIndex(
+            self._entries, lambda key, _: key.namespace)
         self._inflight: dict[TokenKey, asyncio.Task[str]] = {}
         self._tasks: set[asyncio.Task[str]] = set()
         self._on_hit = on_hit
@@ -148,21 +144,8 @@ class TenantTokenCache:
         # those already waiting, but keep nothing issued before the eviction.
         if self._inflight.get(key) is asyncio.current_task() and entry.refresh_at > now:
             self._entries.put(key, entry, entry.refresh_at)
-            self._index(key)
+            self._by_namespace.add(key, entry)
         return issued.token
-
-    def _index(self, key: TokenKey) -> None:
-        keys = self._by_namespace.setdefault(key.namespace, set())
-        if key in keys:
-            return
-        keys.add(key)
-        self._indexed += 1
-        if self._indexed > 2 * self._maxsize:  # at most once per `maxsize` new keys: O(1) a fill, amortised
-            index: dict[str, set[TokenKey]] = {}
-            for cached in self._entries.keys():
-                index.setdefault(cached.namespace, set()).add(cached)
-            self._by_namespace = index
-            self._indexed = len(self._entries)
 
     def invalidate(self, key: TokenKey, token: str | None = None) -> None:
         """Forget `key`'s token (after the API server refused it with 401).
@@ -179,10 +162,7 @@ class TenantTokenCache:
     def evict_namespace(self, namespace: str) -> None:
         """Drop every token of a namespace, cached or being fetched (used on
         suspension and on any change of the workspace)."""
-        keys = self._by_namespace.pop(namespace, set())
-        self._indexed -= len(keys)
-        for key in keys:
-            self._entries.pop(key, None)
+        self._by_namespace.drop_group(namespace)
         if self._inflight:  # fills under way: a handful at most
             for key in [k for k in self._inflight if k.namespace == namespace]:
                 del self._inflight[key]
@@ -191,7 +171,6 @@ class TenantTokenCache:
         self._entries.clear()
         self._inflight.clear()
         self._by_namespace.clear()
-        self._indexed = 0
 
     async def aclose(self) -> None:
         """Cancel fills still running, for a clean shutdown: the cache owns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.http.expiring import ExpiringMap
+from proxy.http.expiring import ExpiringMap, GroupIndex
 
 
 class Clock:
@@ -58,3 +58,37 @@ def test_pop_clear_keys_and_items() -> None:
     assert cache.get("c") is None
     with pytest.raises(ValueError):
         ExpiringMap(0, clock, ttl=1)
+
+
+def test_a_group_index_drops_its_group_and_nothing_else() -> None:
+    cache: ExpiringMap[str, str] = ExpiringMap(100, Clock(), ttl=5)
+    by_owner: GroupIndex[str, str, str] = GroupIndex(cache, lambda _, owner: owner)
+    for key, owner in (("s1", "ann"), ("s2", "ann"), ("s3", "bob")):
+        cache[key] = owner
+        by_owner.add(key, owner)
+    assert by_owner.drop_group("ann") == {"s1", "s2"}
+    assert cache.keys() == ["s3"]
+    assert by_owner.drop_group("ann") == set()
+
+
+def test_a_group_index_stays_bounded_when_its_map_drops_keys() -> None:
+    """Keys pushed out of the map linger in the index only until it has
+    taken in twice the map's size: then it is rebuilt from the map."""
+    cache: ExpiringMap[int, str] = ExpiringMap(10, Clock(), ttl=5)
+    by_owner: GroupIndex[str, int, str] = GroupIndex(cache, lambda _, owner: owner)
+    for key in range(10_000):
+        owner = f"user-{key}"
+        cache[key] = owner
+        by_owner.add(key, owner)
+    assert len(by_owner._groups) <= 2 * len(cache) + 64 + 1
+    # Each still-cached key is found by its group after the rebuilds.
+    assert by_owner.drop_group("user-9999") == {9999} and 9999 not in cache
+
+
+def test_an_entry_gone_from_the_map_is_dropped_without_error() -> None:
+    cache: ExpiringMap[str, str] = ExpiringMap(10, Clock(), ttl=5)
+    by_owner: GroupIndex[str, str, str] = GroupIndex(cache, lambda _, owner: owner)
+    cache["s1"] = "ann"
+    by_owner.add("s1", "ann")
+    cache.pop("s1")  # revoked on its own
+    assert by_owner.drop_group("ann") == {"s1"}

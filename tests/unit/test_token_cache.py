@@ -337,16 +337,17 @@ async def test_evicting_a_namespace_is_right_after_tokens_were_pushed_out_and_it
         clock: FakeClock, fetch: FakeTokenRequest) -> None:
     """Issue 41 item 5: a workspace's change finds its namespace's tokens in
     an index, not by walking every tenant's. Keys the bounded map pushed out
-    linger in the index only until it holds twice the map's bound."""
+    linger in the index only until it has taken in twice the map's size
+    (and a floor of 64: proxy.http.expiring.GroupIndex)."""
     cache = TenantTokenCache(fetch, maxsize=4, clock=clock, wall_clock=clock.wall)
     tokens = {}
-    for number in range(30):  # 30 tenants through a map of 4: most pushed out
+    for number in range(300):  # 300 tenants through a map of 4: most pushed out
         tokens[number] = await cache.get(key(f"tenant-{number}"))
-        assert cache._indexed <= 8  # the index's bound is what this test is about
+        assert cache._by_namespace._indexed <= 2 * 4 + 64 + 1  # the index's bound is what this test is about
     assert len(cache) == 4
-    cache.evict_namespace("tenant-29")  # cached
+    cache.evict_namespace("tenant-299")  # cached
     cache.evict_namespace("tenant-3")  # pushed out long ago
     assert len(cache) == 3
     calls = len(fetch.calls)
-    assert await cache.get(key("tenant-28")) == tokens[28] and len(fetch.calls) == calls
-    assert await cache.get(key("tenant-29")) != tokens[29] and len(fetch.calls) == calls + 1
+    assert await cache.get(key("tenant-298")) == tokens[298] and len(fetch.calls) == calls
+    assert await cache.get(key("tenant-299")) != tokens[299] and len(fetch.calls) == calls + 1
