@@ -18,20 +18,30 @@ class Figure:
     key: str
     label: str
     unit: str
+    controlled: bool = False
+    """Measured beside a control (`control_<key>`: the same work straight to
+    the API server, or the machine's pace), one call of each in turn: the
+    figure is judged by its growth over the control's, which is the
+    gateway's own growth and not the machine's other work or the API
+    server's with as many namespaces."""
+
+    @property
+    def control_key(self) -> str | None:
+        return f"control_{self.key}" if self.controlled else None
 
 
 FIGURES: tuple[Figure, ...] = (
     Figure("rss_mib", "serving replica RSS", "MiB"),
     Figure("replica_rss_mib", "new replica RSS at ready", "MiB"),
     Figure("startup_s", "new replica start-up to ready", "s"),
-    Figure("login_p50_ms", "login p50", "ms"),
-    Figure("login_p99_ms", "login p99", "ms"),
-    Figure("issuance_p50_ms", "kubeconfig issuance p50", "ms"),
-    Figure("issuance_p99_ms", "kubeconfig issuance p99", "ms"),
-    Figure("warm_get_p50_ms", "warm proxied GET p50", "ms"),
-    Figure("warm_get_p99_ms", "warm proxied GET p99", "ms"),
-    Figure("cold_get_p50_ms", "cold proxied GET p50", "ms"),
-    Figure("cold_get_p99_ms", "cold proxied GET p99", "ms"),
+    Figure("login_p50_ms", "login p50", "ms", controlled=True),
+    Figure("login_p99_ms", "login p99", "ms", controlled=True),
+    Figure("issuance_p50_ms", "kubeconfig issuance p50", "ms", controlled=True),
+    Figure("issuance_p99_ms", "kubeconfig issuance p99", "ms", controlled=True),
+    Figure("warm_get_p50_ms", "warm proxied GET p50", "ms", controlled=True),
+    Figure("warm_get_p99_ms", "warm proxied GET p99", "ms", controlled=True),
+    Figure("cold_get_p50_ms", "cold proxied GET p50", "ms", controlled=True),
+    Figure("cold_get_p99_ms", "cold proxied GET p99", "ms", controlled=True),
     Figure("page_p50_ms", "every workspace, per page of 100, p50", "ms"),
     Figure("page_p99_ms", "every workspace, per page of 100, p99", "ms"),
     Figure("suspend_p50_ms", "suspension p50", "ms"),
@@ -66,6 +76,17 @@ def ratio_to_smallest(result: dict[str, Any], key: str, size: int) -> float | No
     return here / first
 
 
+def judged_ratio(result: dict[str, Any], figure: Figure, size: int) -> float | None:
+    """The figure's growth from the smallest size to `size`, over its
+    control's growth where it has one (a result without the control, from
+    before controls were measured, is judged by its own growth)."""
+    ratio = ratio_to_smallest(result, figure.key, size)
+    control = ratio_to_smallest(result, figure.control_key, size) if figure.control_key else None
+    if ratio is None or control is None:
+        return ratio
+    return ratio / control
+
+
 def scale_verdicts(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """One verdict per figure: at the largest size within TOLERANCE of the
     smallest. With one size only there is nothing to compare: no verdicts."""
@@ -81,8 +102,9 @@ def scale_verdicts(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
             # Judged at the largest size it was run at (a run may leave it out above a size: README).
             largest = max([size for size in measured if figure_at(result, figure.key, size) is not None] or [largest])
             what = "linear: "
-        ratio = ratio_to_smallest(result, figure.key, largest) if largest != smallest else None
-        target = f"{what}{figure.label} at {largest:,} <= {TOLERANCE}x at {smallest:,}"
+        ratio = judged_ratio(result, figure, largest) if largest != smallest else None
+        controlled = " (over its control)" if figure.controlled else ""
+        target = f"{what}{figure.label}{controlled} at {largest:,} <= {TOLERANCE}x at {smallest:,}"
         if ratio is None:
             verdicts.append((target, "not measured", False))
         else:
@@ -101,12 +123,13 @@ class Curve:
 
 def curves(result: dict[str, Any]) -> list[Curve]:
     """What the plot draws: each figure as a ratio to itself at the
-    smallest size, so every curve starts at 1 and the target is one line."""
+    smallest size (over its control's, where it has one: what is judged),
+    so every curve starts at 1 and the target is one line."""
     drawn = []
     for number, figure in enumerate(FIGURES, start=1):
         points = []
         for size in sizes(result):
-            ratio = ratio_to_smallest(result, figure.key, size)
+            ratio = judged_ratio(result, figure, size)
             if ratio is not None:
                 points.append((size, ratio))
         drawn.append(Curve(number, figure, tuple(points)))
@@ -145,13 +168,12 @@ async def walk_pages(fetch: Callable[[str | None], Awaitable[Page]], *, limit: i
 def print_scale(result: dict[str, Any]) -> None:
     measured = sizes(result)
     print("\nscale (" + result.get("onboarded_through", "") + ")")
-    print(f"  {'figure':<46}" + "".join(f"{size:>11,}" for size in measured) + "   largest / smallest")
+    print(f"  {'figure':<46}" + "".join(f"{size:>11,}" for size in measured)
+          + "   largest / smallest, its control's, judged")
     for figure in FIGURES:
         values = [figure_at(result, figure.key, size) for size in measured]
         cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in values)
-        ratio = ratio_to_smallest(result, figure.key, measured[-1])
-        print(f"  {figure.label + ' (' + figure.unit + ')':<46}{cells}   "
-              + (f"{ratio:.2f}x" if ratio is not None else "-"))
+        print(f"  {figure.label + ' (' + figure.unit + ')':<46}{cells}   " + _growths(result, figure, measured[-1]))
     for step in result["steps"]:
         onboarding = step.get("onboarding", {})
         if onboarding:
@@ -164,12 +186,22 @@ def markdown_table(result: dict[str, Any]) -> str:
     figure (its legend number first), a column per size, and the ratio of
     the largest to the smallest."""
     measured = sizes(result)
-    lines = ["| # | figure | " + " | ".join(f"{size:,}" for size in measured) + " | largest / smallest |",
-             "|---|---|" + "---|" * len(measured) + "---|"]
+    lines = ["| # | figure | " + " | ".join(f"{size:,}" for size in measured)
+             + " | largest / smallest | its control's | judged |",
+             "|---|---|" + "---|" * len(measured) + "---|---|---|"]
     for number, figure in enumerate(FIGURES, start=1):
         values = [figure_at(result, figure.key, size) for size in measured]
-        ratio = ratio_to_smallest(result, figure.key, measured[-1])
         cells = " | ".join(f"{v:.2f}" if v is not None else "-" for v in values)
-        lines.append(f"| {number} | {figure.label} ({figure.unit}) | {cells} | "
-                     + (f"{ratio:.2f}x" if ratio is not None else "-") + " |")
+        growths = " | ".join(_growths(result, figure, measured[-1]).split(", "))
+        lines.append(f"| {number} | {figure.label} ({figure.unit}) | {cells} | {growths} |")
     return "\n".join(lines)
+
+
+def _growths(result: dict[str, Any], figure: Figure, size: int) -> str:
+    """The figure's growth to `size`, its control's and the judged one."""
+    def shown(ratio: float | None) -> str:
+        return f"{ratio:.2f}x" if ratio is not None else "-"
+
+    control = ratio_to_smallest(result, figure.control_key, size) if figure.control_key else None
+    return ", ".join((shown(ratio_to_smallest(result, figure.key, size)), shown(control),
+                      shown(judged_ratio(result, figure, size))))

@@ -123,6 +123,78 @@ async def _timed(count: int, call: Callable[[int], Awaitable[None]], concurrency
     return times
 
 
+async def _paired(count: int, figure: Callable[[int], Awaitable[None]],
+                  control: Callable[[int], Awaitable[None]]) -> tuple[list[float], list[float]]:
+    """`figure` and its control alternately, one at a time (which goes first
+    alternates too), so both meet the same background: the machine's other
+    work, and an API server holding as many namespaces."""
+    figure_times: list[float] = []
+    control_times: list[float] = []
+    for i in range(count):
+        pair = ((figure, figure_times), (control, control_times))
+        for call, times in (pair if i % 2 == 0 else pair[::-1]):
+            began = time.perf_counter()
+            await call(i)
+            times.append(time.perf_counter() - began)
+    return figure_times, control_times
+
+
+def _both(name: str, figure_times: list[float], control_times: list[float]) -> dict[str, float]:
+    """A figure and its control (`control_<name>_...`), p50 and p99."""
+    return {**{f"{name}_{k}": v for k, v in _ms(figure_times).items()},
+            **{f"control_{name}_{k}": v for k, v in _ms(control_times).items()}}
+
+
+class Direct:
+    """The controls' calls to the API server, made as the gateway's own
+    identity makes them (its client certificate): a TokenRequest, one bound
+    to a Secret that exists, and a GET with a tenant's token."""
+
+    def __init__(self, stack: Stack) -> None:
+        import ssl
+
+        assert stack.cluster is not None
+        self.server = stack.cluster.server
+        pki_dir = stack.cluster.state_dir / "pki"
+        context = ssl.create_default_context(cafile=str(stack.cluster.ca_file))
+        context.load_cert_chain(pki_dir / "gateway.crt", pki_dir / "gateway.key")
+        self.as_gateway = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context))
+        self.as_tenant = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+            ssl=ssl.create_default_context(cafile=str(stack.cluster.ca_file))))
+
+    async def close(self) -> None:
+        await self.as_gateway.close()
+        await self.as_tenant.close()
+
+    def _token_url(self, account: Account) -> str:
+        return f"{self.server}/api/v1/namespaces/{account.namespace}/serviceaccounts/sa-tenant-admin/token"
+
+    async def token(self, account: Account, bound: dict[str, str] | None = None) -> str:
+        from provisioning import manifests
+
+        async with self.as_gateway.post(self._token_url(account),
+                                        json=manifests.token_request(7200, None, bound)) as r:
+            assert r.status == 201, await r.text()
+            return str((await r.json())["status"]["token"])
+
+    async def binding_secret(self, account: Account) -> dict[str, str]:
+        from provisioning import manifests
+
+        async with self.as_gateway.post(
+                f"{self.server}/api/v1/namespaces/{account.namespace}/secrets",
+                json=manifests.credential_secret(account.namespace, account.workspace_id, str(uuid.uuid4()))) as r:
+            assert r.status == 201, await r.text()
+            metadata = (await r.json())["metadata"]
+        return {"name": metadata["name"], "uid": metadata["uid"]}
+
+    async def get(self, account: Account, token: str) -> None:
+        async with self.as_tenant.get(
+                f"{self.server}/api/v1/namespaces/{account.namespace}/serviceaccounts/sa-tenant-admin",
+                headers={"Authorization": f"Bearer {token}"}) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+
+
 # -- the population ------------------------------------------------------------
 
 
@@ -221,12 +293,14 @@ async def _logins(stack: Stack, session: aiohttp.ClientSession, population: Popu
             assert r.status == 200, await r.text()
             await r.read()
 
-    times = await _timed(len(chosen), one)
-    return {f"login_{k}": v for k, v in _ms(times).items()}
+    async def control(_i: int) -> None:  # the password hash a login checks, here: the machine's pace
+        await passwords.hash_password(PASSWORD)
+
+    return _both("login", *await _paired(len(chosen), one, control))
 
 
 async def _issuances(stack: Stack, session: aiohttp.ClientSession, population: Population,
-                     rng: random.Random) -> dict[str, float]:
+                     rng: random.Random, direct: Direct) -> dict[str, float]:
     chosen = [rng.choice(population.accounts) for _ in range(ISSUANCES)]
 
     async def one(i: int) -> None:
@@ -235,8 +309,15 @@ async def _issuances(stack: Stack, session: aiohttp.ClientSession, population: P
             assert r.status == 200, await r.text()
             await r.read()
 
-    times = await _timed(ISSUANCES, one)
-    return {f"issuance_{k}": v for k, v in _ms(times).items()}
+    # What an issuance asks of the API server when it claims a spare: a
+    # token bound to a Secret that exists, in a workspace chosen the same way.
+    controlled = [rng.choice(population.accounts) for _ in range(ISSUANCES)]
+    bound = {a.workspace_id: await direct.binding_secret(a) for a in controlled}
+
+    async def control(i: int) -> None:
+        await direct.token(controlled[i], bound[controlled[i].workspace_id])
+
+    return _both("issuance", *await _paired(ISSUANCES, one, control))
 
 
 def _account_url(stack: Stack, account: Account) -> str:
@@ -245,7 +326,10 @@ def _account_url(stack: Stack, account: Account) -> str:
 
 
 async def _proxied_gets(stack: Stack, session: aiohttp.ClientSession, population: Population,
-                        rng: random.Random) -> dict[str, float]:
+                        rng: random.Random, direct: Direct) -> dict[str, float]:
+    """Each against the same GET straight to the API server: a warm one
+    with a token held, a cold one with a TokenRequest first (what the
+    gateway does on a token cache miss), in workspaces also never used."""
     async def get(account: Account) -> None:
         async with session.get(_account_url(stack, account), headers={"Authorization": f"Bearer {account.token}"}) as r:
             assert r.status == 200, await r.text()
@@ -253,13 +337,20 @@ async def _proxied_gets(stack: Stack, session: aiohttp.ClientSession, population
 
     warm = population.accounts[0]
     population.proxied.add(warm.workspace_id)
+    held = await direct.token(warm)
     for _ in range(20):
         await get(warm)
-    warm_times = await _timed(WARM_GETS, lambda _i: get(warm))
+        await direct.get(warm, held)
+    warm_pairs = await _paired(WARM_GETS, lambda _i: get(warm), lambda _i: direct.get(warm, held))
     cold = population.unproxied(COLD_GETS, rng)
-    cold_times = await _timed(len(cold), lambda i: get(cold[i]))
-    return {**{f"warm_get_{k}": v for k, v in _ms(warm_times).items()},
-            **{f"cold_get_{k}": v for k, v in _ms(cold_times).items()}}
+    cold_controls = population.unproxied(len(cold), rng)
+
+    async def cold_direct(i: int) -> None:
+        account = cold_controls[i % len(cold_controls)]
+        await direct.get(account, await direct.token(account))
+
+    cold_pairs = await _paired(len(cold), lambda i: get(cold[i]), cold_direct)
+    return {**_both("warm_get", *warm_pairs), **_both("cold_get", *cold_pairs)}
 
 
 async def _activate_all(stack: Stack, session: aiohttp.ClientSession, population: Population) -> dict[str, float]:
@@ -375,18 +466,27 @@ async def _event_lag(stack: Stack, session: aiohttp.ClientSession, population: P
             "burst_commit_s": statistics.median(bursts)}
 
 
-async def _measure(stack: Stack, population: Population, admin: str, size: int, rng: random.Random) -> dict[str, Any]:
-    figures: dict[str, float] = {}
+async def _measure_steps(stack: Stack, population: Population, admin: str, size: int, rng: random.Random,
+                         direct: Direct, figures: dict[str, float]) -> None:
     async with stack.session() as session:
         for name, step in (("logins", _logins(stack, session, population, rng)),
-                           ("issuances", _issuances(stack, session, population, rng)),
-                           ("proxied GETs", _proxied_gets(stack, session, population, rng)),
+                           ("issuances", _issuances(stack, session, population, rng, direct)),
+                           ("proxied GETs", _proxied_gets(stack, session, population, rng, direct)),
                            ("every workspace proxied once", _activate_all(stack, session, population)),
                            ("listing", _listing(stack, session, admin, size)),
                            ("suspensions", _suspensions(stack, session, admin, population, rng)),
                            ("event lag", _event_lag(stack, session, population, rng))):
             print(f"  {size:,}: {name} ...", flush=True)
             figures.update(await step)
+
+
+async def _measure(stack: Stack, population: Population, admin: str, size: int, rng: random.Random) -> dict[str, Any]:
+    figures: dict[str, float] = {}
+    direct = Direct(stack)
+    try:
+        await _measure_steps(stack, population, admin, size, rng, direct, figures)
+    finally:
+        await direct.close()
     if size <= RECONCILE_UP_TO:
         print(f"  {size:,}: reconcile ...", flush=True)
         figures.update(await _reconcile(stack, size))

@@ -48,7 +48,7 @@ def test_reconcile_is_judged_per_workspace_so_linear_growth_passes() -> None:
 def test_a_figure_not_measured_is_a_miss_not_a_pass() -> None:
     result = _result()
     del result["steps"][2]["figures"]["login_p50_ms"]
-    assert ("login p50 at 10,000 <= 1.25x at 100", "not measured", False) in scale_verdicts(result)
+    assert ("login p50 (over its control) at 10,000 <= 1.25x at 100", "not measured", False) in scale_verdicts(result)
 
 
 def test_one_size_alone_has_nothing_to_judge() -> None:
@@ -145,9 +145,9 @@ def test_the_readme_table_has_a_row_per_figure_numbered_as_in_the_legend() -> No
     from bench.scale import markdown_table
 
     lines = markdown_table(_result(rss_mib=20.0)).splitlines()
-    assert lines[0] == "| # | figure | 100 | 1,000 | 10,000 | largest / smallest |"
+    assert lines[0] == "| # | figure | 100 | 1,000 | 10,000 | largest / smallest | its control's | judged |"
     assert len(lines) == 2 + len(FIGURES)
-    assert lines[2] == "| 1 | serving replica RSS (MiB) | 10.00 | 11.00 | 20.00 | 2.00x |"
+    assert lines[2] == "| 1 | serving replica RSS (MiB) | 10.00 | 11.00 | 20.00 | 2.00x | - | 2.00x |"
 
 
 def test_reconcile_left_out_at_the_largest_size_is_judged_at_the_largest_it_ran_at() -> None:
@@ -158,3 +158,22 @@ def test_reconcile_left_out_at_the_largest_size_is_judged_at_the_largest_it_ran_
     del result["steps"][1]["figures"]["reconcile_ms_per_workspace"]
     verdicts = {t: (v, ok) for t, v, ok in scale_verdicts(result)}
     assert verdicts["linear: reconcile over all, per workspace at 100 <= 1.25x at 100"] == ("not measured", False)
+
+
+def test_a_controlled_figure_is_judged_by_its_growth_over_its_controls() -> None:
+    """The machine slowed 1.6x between the sizes (its control grew so): the
+    warm GET's growth of 1.8x is the gateway's 1.125x, met. Without a
+    control measured (results from before), its own growth is judged."""
+    result = _result(warm_get_p50_ms=18.0, control_warm_get_p50_ms=16.0)
+    result["steps"][0]["figures"]["control_warm_get_p50_ms"] = 10.0
+    verdicts = {t: (v, ok) for t, v, ok in scale_verdicts(result)}
+    assert verdicts["warm proxied GET p50 (over its control) at 10,000 <= 1.25x at 100"] == ("1.12x", True)
+    uncontrolled = {t: (v, ok) for t, v, ok in scale_verdicts(_result(warm_get_p50_ms=18.0))}
+    assert uncontrolled["warm proxied GET p50 (over its control) at 10,000 <= 1.25x at 100"] == ("1.80x", False)
+
+
+def test_a_figure_growing_while_its_control_does_not_is_missed() -> None:
+    result = _result(issuance_p99_ms=14.0, control_issuance_p99_ms=10.0)
+    result["steps"][0]["figures"]["control_issuance_p99_ms"] = 10.0
+    missed = [(t, v) for t, v, ok in scale_verdicts(result) if not ok]
+    assert missed == [("kubeconfig issuance p99 (over its control) at 10,000 <= 1.25x at 100", "1.40x")]
