@@ -181,11 +181,11 @@ async def test_an_admin_member_cannot_touch_another_members_account_or_binding(
     moves: dict[str, Callable[[], object]] = {}
     for whose, name in members.items():
         moves |= {
-            f"delete {whose} binding": lambda name=name: rbac.delete_namespaced_role_binding(name, ns),
-            f"patch {whose} binding": lambda name=name: rbac.patch_namespaced_role_binding(
+            f"delete {whose} binding": lambda name=name: rbac.delete_namespaced_role_binding(name, ns),  # type: ignore[misc]
+            f"patch {whose} binding": lambda name=name: rbac.patch_namespaced_role_binding(  # type: ignore[misc]
                 name, ns, {"metadata": {"labels": {"x": "y"}}}),
-            f"delete {whose} account": lambda name=name: core.delete_namespaced_service_account(name, ns),
-            f"patch {whose} account": lambda name=name: core.patch_namespaced_service_account(
+            f"delete {whose} account": lambda name=name: core.delete_namespaced_service_account(name, ns),  # type: ignore[misc]
+            f"patch {whose} account": lambda name=name: core.patch_namespaced_service_account(  # type: ignore[misc]
                 name, ns, {"metadata": {"labels": {"x": "y"}}}),
         }
     moves |= {

@@ -112,7 +112,7 @@ async def test_admin_suspends_a_tenant_whose_page_is_open(cluster: LocalCluster,
     await expect(row).to_contain_text("provisioned")
     await shots.take(admin_page, "admin-workspaces")
     questions: list[str] = []
-    admin_page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept())[1])
+    admin_page.once("dialog", lambda dialog: (questions.append(dialog.message), dialog.accept())[1])  # type: ignore[call-overload, func-returns-value]
     await row.get_by_role("button", name="Suspend", exact=True).click()
     await expect(row).to_contain_text("suspended", timeout=60_000)
     assert "loses access" in questions[0]

@@ -172,7 +172,7 @@ async def test_rows_the_database_cannot_take_by_the_end_of_a_stop_are_logged_who
             await writer.reserve()  # no writer left: nothing more is accepted
         await lock.rollback()
     logged = sorted(r.audit["details"]["n"] for r in caplog.records  # type: ignore[attr-defined]
-                    if r.getMessage().startswith("audit row not written") and r.audit["details"]["run"] == run)
+                    if r.getMessage().startswith("audit row not written") and r.audit["details"]["run"] == run)  # type: ignore[attr-defined]
     assert logged == [0, 1, 2, 3]
     assert writer.rows_logged == 4 and writer.queue.taken == 0
 

@@ -567,7 +567,7 @@ def spy_on_the_lane(side: Side) -> None:
 async def start_side(name: str, make_gateway: Any, fake_api_server: FakeAPIServer, *, express: bool) -> Side:
     api = FakeAPI()
     server, upstream = await fake_api_server(api.handle)
-    api.port = server.port
+    api.port = server.port  # type: ignore[assignment]
     # Each its own FAKE token issuer: both gateways send `token-1` first, as one would.
     gateway = await make_gateway(kube=FakeTokenIssuer(), upstream=upstream, express=express)
     return Side(name, gateway, api, server, upstream)

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yarl
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
+from kubernetes.client.rest import ApiException  # type: ignore[attr-defined]
 from kubernetes.stream import stream
 
 from devstack.cluster import LocalCluster

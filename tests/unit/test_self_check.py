@@ -64,7 +64,7 @@ def _use(monkeypatch: pytest.MonkeyPatch, kube: FakeKube | GatewayError) -> None
         if isinstance(kube, GatewayError):
             raise kube
         return kube
-    monkeypatch.setattr(cli.KubeClient, "from_kubeconfig", from_kubeconfig)
+    monkeypatch.setattr(cli.KubeClient, "from_kubeconfig", from_kubeconfig)  # type: ignore[attr-defined]
 
 
 _EXEC_USER = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "sh",

@@ -133,10 +133,10 @@ async def test_every_right_that_ends_ends_its_streams_cleanly_with_its_own_words
     for cut in cuts:
         task = await relay_like(registry, Owner(ws, session, alice, LATER, registry.cuts), ends)
         cut()
-        assert await asyncio.wait_for(task, 1) is None
+        assert await asyncio.wait_for(task, 1) is None  # type: ignore[func-returns-value]
     soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(milliseconds=50)
     registry.closing = False
-    assert await asyncio.wait_for(await relay_like(registry, Owner(ws, session, alice, soon, registry.cuts), ends),
+    assert await asyncio.wait_for(await relay_like(registry, Owner(ws, session, alice, soon, registry.cuts), ends),  # type: ignore[func-returns-value]
                                   5) is None
     assert ends == ["1008 the workspace's access changed; reconnect", "1008 the session ended; sign in again",
                     "1008 the account changed; sign in again", "1013 the gateway must check access again; reconnect",
@@ -175,7 +175,7 @@ async def test_a_clean_end_that_does_not_finish_in_time_is_a_cut(monkeypatch: py
     registry.cut(ws)
     await asyncio.sleep(0)
     finishing.set()
-    assert await asyncio.wait_for(finishes, 1) is None
+    assert await asyncio.wait_for(finishes, 1) is None  # type: ignore[func-returns-value]
     assert await asyncio.wait_for(ended(stuck), 1)
     assert len(ends) == 2
 
