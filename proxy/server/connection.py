@@ -38,6 +38,7 @@ from proxy import keys
 from proxy.http import errors
 from proxy.http.answer_headers import new_request_id, stamp
 from proxy.http.error_answers import error_answer
+from proxy.http.tls_buffers import release_read_buffer
 from proxy.passthrough.express import INCOMPLETE, MAX_HEAD_BYTES, Admitted, ExpressLane, Lend
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,12 @@ class _RequestHandler(RequestHandler):
         if self._express_answer is not None:  # busy, though aiohttp's side is idle
             self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
         super()._process_keepalive()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # Called from within the TLS handshake's last read: the read buffer's
+        # pages are given back once that read is over (proxy.http.tls_buffers).
+        self._loop.call_soon(release_read_buffer, transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._express_answer is not None:
