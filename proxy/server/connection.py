@@ -9,7 +9,7 @@ relies on of the classes subclassed here, each checked by
 tests/unit/test_aiohttp_internals.py (with its signature, for a method) so
 that an upgrade fails there, by name, and not in production:
 - RequestHandler's `data_received`, `_handle_request`, `_process_keepalive`,
-  `connection_lost` and `handle_error`, overridden, and its constructor's
+  `connection_made`, `connection_lost` and `handle_error`, overridden, and its constructor's
   manager and keywords (proxy.app.handler_args);
 - its state `_buffer_paused`, `_force_close`, `_close`, `_loop`,
   `_keepalive_timeout`, `_next_keepalive_close_time` and `transport`;
