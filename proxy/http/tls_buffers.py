@@ -6,7 +6,7 @@ stream's connection fills little of it: one read (32 KiB upstream,
 proxy.passthrough.backpressure) or a request head (from the client). But
 the buffer comes from glibc's heap, where it lands on memory that earlier
 data used and freed, whose pages are still resident: in the stalled-readers
-row the two buffers of a stream were 118 KiB resident where its reads had
+row the two buffers of a stream were 119 KiB resident where its reads had
 touched 37 (bench/README.md, "Stalled readers"). glibc's heap trimmer
 (proxy.server.heap) gives back free pages only, not those of a block in use.
 
