@@ -48,6 +48,8 @@ import httptools
 from multidict import CIMultiDict
 from yarl import URL
 
+from proxy.http.tls_buffers import release_read_buffer
+
 # An upstream answer may run ahead of a slow client by this much before
 # the connection stops being read (and the API server feels backpressure).
 _PAUSE_ABOVE = 256 * 1024
@@ -750,9 +752,10 @@ class Pool:
         """A new connection to the API server. Raises OSError or TimeoutError."""
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
-            _, protocol = await loop.create_connection(
+            transport, protocol = await loop.create_connection(
                 protocol_factory, self._host, self._port, ssl=self._ssl,
                 server_hostname=self._host if self._ssl is not None else None)
+        release_read_buffer(transport)  # its handshake's pages, or what the heap had there before (tls_buffers)
         return protocol
 
     async def upgrade(self, target: str, headers: CIMultiDict[str], *, timeout: float) -> Upgrade:

@@ -9,7 +9,7 @@ relies on of the classes subclassed here, each checked by
 tests/unit/test_aiohttp_internals.py (with its signature, for a method) so
 that an upgrade fails there, by name, and not in production:
 - RequestHandler's `data_received`, `_handle_request`, `_process_keepalive`,
-  `connection_lost` and `handle_error`, overridden, and its constructor's
+  `connection_made`, `connection_lost` and `handle_error`, overridden, and its constructor's
   manager and keywords (proxy.app.handler_args);
 - its state `_buffer_paused`, `_force_close`, `_close`, `_loop`,
   `_keepalive_timeout`, `_next_keepalive_close_time` and `transport`;
@@ -38,6 +38,7 @@ from proxy import keys
 from proxy.http import errors
 from proxy.http.answer_headers import new_request_id, stamp
 from proxy.http.error_answers import error_answer
+from proxy.http.tls_buffers import release_read_buffer
 from proxy.passthrough.express import INCOMPLETE, MAX_HEAD_BYTES, Admitted, ExpressLane, Lend
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,12 @@ class _RequestHandler(RequestHandler):
         if self._express_answer is not None:  # busy, though aiohttp's side is idle
             self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
         super()._process_keepalive()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        # Called from within the TLS handshake's last read: the read buffer's
+        # pages are given back once that read is over (proxy.http.tls_buffers).
+        self._loop.call_soon(release_read_buffer, transport)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._express_answer is not None:

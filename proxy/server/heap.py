@@ -16,6 +16,10 @@ while the watches were open and about 90 MiB after each burst (idle: 72).
 about 3 ms after a burst of 1,000 connections, and 0.2 ms when there is
 nothing to give back.
 
+Trimming gives back free pages only. The part of a TLS read buffer that a
+connection never read into, in use and yet resident where freed data lay
+before it, is given back by proxy.http.tls_buffers.
+
 There is nothing to do where the C library is not glibc (musl, macOS).
 """
 

@@ -78,6 +78,7 @@ INTERNALS = (
     Internal(RequestHandler, "_handle_request", "coroutine", (CONNECTION,),
              ("request", "start_time", "request_handler"), overridden=_Handler),
     Internal(RequestHandler, "_process_keepalive", "method", (CONNECTION,), (), overridden=_Handler),
+    Internal(RequestHandler, "connection_made", "method", (CONNECTION,), ("transport",), overridden=_Handler),
     Internal(RequestHandler, "connection_lost", "method", (CONNECTION,), ("exc",), overridden=_Handler),
     Internal(RequestHandler, "handle_error", "method", (CONNECTION,), ("request", "status", "exc", "message"),
              overridden=_Handler),
