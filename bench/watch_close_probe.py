@@ -29,6 +29,7 @@ import gc
 import json
 import os
 import re
+import signal
 import ssl
 import subprocess
 import sys
@@ -142,16 +143,28 @@ def threads() -> int:
 
 
 async def _api_server(port: int, folder: Path) -> None:
+    """Each SIGUSR1 sends one more event to every open watch (a fan-out)."""
+    open_writers: set[asyncio.StreamWriter] = set()
+    chunk = b"%x\r\n" % len(_EVENT) + _EVENT + b"\r\n"
+
+    def fan_out() -> None:
+        for writer in open_writers:
+            writer.write(chunk)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, fan_out)
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readuntil(b"\r\n\r\n")
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
-            writer.write(b"%x\r\n" % len(_EVENT) + _EVENT + b"\r\n")
+            writer.write(chunk)
             await writer.drain()
+            open_writers.add(writer)
             await reader.read()  # until the relay closes the stream
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
+            open_writers.discard(writer)
             writer.close()
 
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -184,9 +197,18 @@ async def _relay(port: int, upstream_port: int, folder: Path, trim_seconds: floa
                                   "cpu_s": time.process_time()})
 
     async def collect(request: web.Request) -> web.Response:
+        started = time.perf_counter()
         unreachable = gc.collect()
+        collected = time.perf_counter()
         trimmer.trim()
-        return web.json_response({"unreachable": unreachable})
+        return web.json_response({"unreachable": unreachable, "collect_ms": (collected - started) * 1000,
+                                  "trim_ms": (time.perf_counter() - collected) * 1000})
+
+    async def trim(request: web.Request) -> web.Response:
+        """How long a trim holds the loop (the trimmer runs one every interval, streams open or not)."""
+        started = time.perf_counter()
+        trimmer.trim()
+        return web.json_response({"trim_ms": (time.perf_counter() - started) * 1000})
 
     marked = _anonymous_ranges()
 
@@ -198,6 +220,7 @@ async def _relay(port: int, upstream_port: int, folder: Path, trim_seconds: floa
     app.router.add_get("/watch", watch)
     app.router.add_get("/report", report)
     app.router.add_post("/collect", collect)
+    app.router.add_post("/trim", trim)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(folder / "server.crt", folder / "server.key")
     # As proxy.server.serving runs the app: the gateway's connections, a
@@ -229,11 +252,32 @@ async def _sample(label: str, relay_pid: int, port: int, context: ssl.SSLContext
     return sample
 
 
-async def _drive(relay_pid: int, port: int, folder: Path, steps: list[int], rounds: int,
-                 trim_seconds: float, pins: bool) -> list[dict[str, Any]]:
+async def _fan_out(api_pid: int, relay_pid: int, port: int, context: ssl.SSLContext, watches: int,
+                   events: int) -> dict[str, Any]:
+    """The relay's CPU seconds per event relayed, over `events` fan-outs to every watch."""
+    before = (await asyncio.to_thread(_ask, port, context, "/report"))["cpu_s"]
+    for _ in range(events):
+        os.kill(api_pid, signal.SIGUSR1)
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(_SETTLE_SECONDS)
+    spent = (await asyncio.to_thread(_ask, port, context, "/report"))["cpu_s"] - before
+    figures = {"fan_out_events": events, "watches": watches, "cpu_s": spent,
+               "cpu_us_per_event_relayed": spent / (events * watches) * 1e6}
+    print(json.dumps(figures), file=sys.stderr, flush=True)
+    return figures
+
+
+async def _drive(api_pid: int, relay_pid: int, port: int, folder: Path, steps: list[int], rounds: int,
+                 trim_seconds: float, pins: bool, fan_out: int) -> list[dict[str, Any]]:
     context = ssl.create_default_context(cafile=str(folder / "ca.crt"))
     url = f"https://127.0.0.1:{port}/watch"
-    samples = [await _sample("start", relay_pid, port, context)]
+    async with asyncio.timeout(60):  # the relay's start
+        while True:
+            try:
+                samples = [await _sample("start", relay_pid, port, context)]
+                break
+            except OSError:
+                await asyncio.sleep(0.5)
     for round_ in range(rounds):
         crowds = [await CrowdProcess.start(url, {}, str(folder / "ca.crt")) for _ in range(_CROWDS)]
         try:
@@ -242,6 +286,10 @@ async def _drive(relay_pid: int, port: int, folder: Path, steps: list[int], roun
                 assert sum(a["open"] for a in answers) == step, answers
                 await asyncio.sleep(_SETTLE_SECONDS)
                 samples.append(await _sample(f"round {round_}: {step} open", relay_pid, port, context))
+            trimmed = await asyncio.to_thread(_ask, port, context, "/trim", "POST")
+            print(json.dumps({"open": steps[-1], **trimmed}), file=sys.stderr, flush=True)
+            if fan_out:
+                samples.append(await _fan_out(api_pid, relay_pid, port, context, steps[-1], fan_out))
         finally:
             await asyncio.gather(*(c.close() for c in crowds))
         await asyncio.sleep(trim_seconds + _SETTLE_SECONDS)
@@ -263,6 +311,8 @@ def main() -> None:
     parser.add_argument("--trim-seconds", type=float, default=10.0, help="the heap trimmer's interval")
     parser.add_argument("--pins", action="store_true", help="at the end, what lies in arenas made since the start")
     parser.add_argument("--relay-env", nargs="*", default=[], help="NAME=VALUE for the relay (PYTHONMALLOC=malloc)")
+    parser.add_argument("--fan-out", type=int, default=0,
+                        help="with every watch open, this many events to each, a second apart: the relay's CPU per event")
     options = parser.parse_args()
     api_port, relay_port = options.ports
     if options.role is not None:
@@ -283,8 +333,8 @@ def main() -> None:
         processes = [subprocess.Popen([*command, "--role", "api"]), subprocess.Popen([*command, "--role", "relay"], env=relay_env)]
         try:
             time.sleep(2)
-            samples = asyncio.run(_drive(processes[1].pid, relay_port, folder, options.steps, options.rounds,
-                                         options.trim_seconds, options.pins))
+            samples = asyncio.run(_drive(processes[0].pid, processes[1].pid, relay_port, folder, options.steps,
+                                         options.rounds, options.trim_seconds, options.pins, options.fan_out))
         finally:
             for process in processes:
                 process.terminate()
