@@ -175,6 +175,7 @@ class Stack:
             # The workloads measure thousands of streams and issuances in one workspace.
             "GATEWAY_RATE_KUBECONFIG": "1000000/60", "GATEWAY_MAX_STREAMS_PER_WORKSPACE": "100000",
             "GATEWAY_LOG_LEVEL": "WARNING",
+            "PYTHONMALLOC": "malloc",  # as the image runs it (Dockerfile)
             **(extra_env or {}),
         }
         if "GATEWAY_CLUSTERS" in env:  # a cluster list replaces the single cluster's kubeconfig (both is an error)
