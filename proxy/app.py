@@ -118,6 +118,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
     app.on_response_prepare.append(response_hook(settings, metrics))
     streams = StreamRegistry(metrics, StreamSlots(settings.max_streams_per_workspace, metrics),
                              StreamBuffers(settings.stream_buffer_bytes))
+    app[keys.STREAMS] = streams
     metrics.stream_buffered_bytes.set_function(lambda: streams.buffers.total)
     metrics.streams_waiting.set_function(lambda: streams.buffers.waiting)
     metrics.stream_ceiling_waits.set_function(lambda: streams.buffers.ceiling_waits)
@@ -272,7 +273,7 @@ def create_app(settings: Settings, *, database_dsn: str, apply_migrations: bool 
         yield
 
     async def heap(app: web.Application) -> AsyncIterator[None]:
-        trimmer = HeapTrimmer(glibc_malloc_trim())
+        trimmer = HeapTrimmer(glibc_malloc_trim(), streams=streams.take_high_water)
         await trimmer.start()
         yield
         await trimmer.stop()

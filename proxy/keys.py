@@ -16,6 +16,7 @@ from proxy.auth.oidc_registry import OIDCRegistry
 from proxy.http.draining import Drain
 from proxy.http.metrics import Metrics
 from proxy.passthrough.express import ExpressLane
+from proxy.passthrough.streams import StreamRegistry
 from proxy.passthrough.upstream import UpstreamApi
 from proxy.settings import Settings
 
@@ -35,6 +36,8 @@ UPSTREAMS: web.AppKey[Mapping[str, UpstreamApi]] = web.AppKey("upstreams")
 """The pass-through's own clients to the API servers, by cluster: they carry tenant tokens only."""
 EXPRESS = web.AppKey("express", ExpressLane)
 """The express lane (proxy.passthrough.express), which proxy.server.front's connections use."""
+STREAMS = web.AppKey("streams", StreamRegistry)
+"""The replica's open watches, log follows and WebSockets (proxy.passthrough.streams)."""
 SPARES = web.AppKey("spares", SparePool)
 """This replica's top-ups of spare binding Secrets (provisioning.spares)."""
 DRAIN = web.AppKey("drain", Drain)

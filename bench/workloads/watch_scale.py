@@ -162,8 +162,9 @@ async def _fan_out(stack: Stack, tenant: Tenant, crowds: list[CrowdProcess], wat
 def resident_by_kind(smaps: str) -> dict[str, float]:
     """Resident MiB of a process's mappings (/proc/PID/smaps) by kind: glibc's
     main heap ([heap]: C allocations, OpenSSL's and uvloop's buffers among
-    them), anonymous mappings (pymalloc's arenas, glibc's thread arenas and
-    its largest chunks) and everything else (files, stacks). What stays
+    them; Python's objects too, where the gateway runs with
+    PYTHONMALLOC=malloc), anonymous mappings (pymalloc's arenas where it is
+    used, glibc's thread arenas and its largest chunks) and everything else (files, stacks). What stays
     resident after the watches close says which allocator keeps it. Pure."""
     kinds = {"heap_mib": 0.0, "anonymous_mib": 0.0, "other_mib": 0.0}
     kind = "other_mib"

@@ -181,6 +181,9 @@ class StreamRegistry:
         self.slots = slots
         self.buffers = buffers if buffers is not None else StreamBuffers()
         """What the streams hold in memory, bounded across the replica."""
+        self.count = 0
+        """Streams open now."""
+        self._high_water = 0
         self.closing = False
         self.cuts = 0
         """Cuts made so far: what an authorisation notes before its first read."""
@@ -225,15 +228,24 @@ class StreamRegistry:
         left = (owner.session_expires_at - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
         expiry = asyncio.get_running_loop().call_later(max(left, 0.0), stream.end, SESSION_EXPIRED)
         self._metrics.open_streams.inc()
+        self.count += 1
+        self._high_water = max(self._high_water, self.count)
         try:
             yield stream
         finally:
             expiry.cancel()
             stream.forget()
             self._metrics.open_streams.dec()
+            self.count -= 1
             streams.pop(task, None)
             if not streams:
                 self._open.pop(owner.workspace_id, None)
+
+    def take_high_water(self) -> tuple[int, int]:
+        """The most streams open at once since the last call, and how many
+        are open now (the heap trimmer's sign that a burst has ended)."""
+        high_water, self._high_water = self._high_water, self.count
+        return high_water, self.count
 
     def require_room(self, workspace_id: uuid.UUID) -> Awaitable[None]:
         """429 if the workspace holds every slot already (takes none)."""

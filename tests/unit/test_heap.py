@@ -6,7 +6,7 @@ import asyncio
 import gc
 import resource
 
-from proxy.server.heap import HeapTrimmer, glibc_malloc_trim
+from proxy.server.heap import HeapTrimmer, burst_ended, glibc_malloc_trim
 
 PAGE = resource.getpagesize()
 
@@ -55,3 +55,22 @@ async def test_the_trimmer_runs_on_its_interval_until_stopped() -> None:
     assert count >= 2 and set(calls) == {0}
     await asyncio.sleep(0.05)
     assert len(calls) == count
+
+
+def test_a_burst_has_ended_when_three_in_four_of_at_least_the_least_streams_are_gone() -> None:
+    assert burst_ended(10_000, 0) and burst_ended(10_000, 2_500) and burst_ended(256, 0)
+    assert not burst_ended(10_000, 2_501), "too many left: the collection's pause grows with them"
+    assert not burst_ended(255, 0), "too few ended to be worth a full collection"
+    assert not burst_ended(0, 0)
+    assert burst_ended(8, 2, least=4) and not burst_ended(8, 3, least=4)
+
+
+def test_the_trimmer_collects_once_per_burst_remembering_the_peak_between_ticks() -> None:
+    figures = iter([(1_000, 1_000), (1_000, 600), (600, 200), (200, 200), (200, 0)])
+    trimmer = HeapTrimmer(None, streams=lambda: next(figures))
+    assert [trimmer.collect_after_burst() for _ in range(5)] == [False, False, True, False, False]
+    assert trimmer.collections == 1
+
+
+def test_no_collection_without_a_count_of_streams() -> None:
+    assert not HeapTrimmer(None).collect_after_burst()
