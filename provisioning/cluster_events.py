@@ -169,16 +169,21 @@ def audit_id_text(value: Any) -> str:
     return value.replace("\x00", "")[:MAX_AUDIT_ID]
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+"""Canonical JSON: sorted keys, no spaces, ASCII escapes (so any string,
+a lone surrogate too, encodes). Made once: json.dumps with options makes an
+encoder per call, a third of the digest's cost."""
+
+
 def event_digest(item: dict[str, Any]) -> bytes:
-    """SHA-256 of the event's identifying fields in canonical JSON (sorted
-    keys, no spaces, ASCII escapes, so any string encodes): the same for the
-    same event however often and in whatever key order it is sent, different
-    for events that differ in any of them, their chosen auditID included."""
+    """SHA-256 of the event's identifying fields, in IDENTIFYING_FIELDS order
+    and then the response's code, in canonical JSON: the same for the same
+    event however often and in whatever key order it is sent, different for
+    events that differ in any of them, their chosen auditID included."""
     status = item.get("responseStatus")
-    identity = {field: item.get(field) for field in IDENTIFYING_FIELDS} | {
-        "responseStatus.code": status.get("code") if isinstance(status, dict) else None}
-    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode("ascii")).digest()
+    identity = [item.get(field) for field in IDENTIFYING_FIELDS]
+    identity.append(status.get("code") if isinstance(status, dict) else None)
+    return hashlib.sha256(_CANONICAL.encode(identity).encode("ascii")).digest()
 
 
 def _time(value: Any) -> datetime.datetime | None:
