@@ -38,7 +38,8 @@ _STORE = f"""
     LEFT JOIN proxy_tokens p ON c.id IS NULL AND i.jti IS NOT NULL AND p.jti = i.jti
     LEFT JOIN workspaces w ON c.id IS NULL AND p.jti IS NULL AND w.k8s_namespace = i.namespace
     WHERE c.id IS NOT NULL OR p.jti IS NOT NULL OR w.id IS NOT NULL
-    ON CONFLICT (event_digest) DO NOTHING"""
+    -- The unique index of migration 0019: the same event (its digest) under the same ID.
+    ON CONFLICT ((COALESCE(audit_id_text, audit_id::text)), event_digest) DO NOTHING"""
 # Rows locked in id order: two batches naming the same credentials never deadlock.
 _LAST_USED = f"""
     WITH latest AS (SELECT jti, max(time) AS at FROM {_INCOMING} WHERE jti IS NOT NULL GROUP BY jti),
