@@ -6,21 +6,37 @@ name, response code, user agent (untrusted, cut to 512 characters), the
 last source address (the one the API server saw; earlier ones come from
 X-Forwarded-For, which the client wrote), the user name and the token's
 `jti` from user extra `authentication.kubernetes.io/credential-id`
-(`JTI=<jti>`). Request and response bodies, annotations and groups are
-never read. Joining the jti to a person is the database's work, at write
+(`JTI=<jti>`). Request and response bodies and annotations are never
+read, groups only into the digest below. Joining the jti to a person is the database's work, at write
 time (provisioning.db.cluster_events).
 
-An event whose required fields are missing or malformed is skipped, not
-the whole batch refused: the API server would retry a refused batch five
-times and then lose every event in it. A body that is not an EventList at
-all is refused (`NotAnEventList`): it is not the API server speaking.
+The auditID is kept as text, whatever it is: the API server takes it from
+the request's `Audit-ID` header when the client sends one (a downloaded
+kubeconfig talks to it directly), so it is the client's to choose, need
+not be a UUID and may repeat another request's. It is therefore never a
+reason to skip an event, nor what tells one event from another: that is
+the event's `digest`, a SHA-256 of the fields that make it one stage of one
+request (IDENTIFYING_FIELDS, the response's code of its status) in
+canonical JSON. The API server's retry of a batch resends identical
+events, which share it; two requests sharing a chosen ID differ in
+something (their received time, to the microsecond, if nothing else), so
+they do not. Bodies and annotations are left out: a policy above metadata
+level would put a Secret's data in them, and they tell no two requests
+apart that the rest does not.
+
+An event whose other required fields (stage, verb, a time: the API
+server's own) are missing or malformed is skipped, not the whole batch
+refused: the API server would retry a refused batch five times and then
+lose every event in it. A body that is not an EventList at all is refused
+(`NotAnEventList`): it is not the API server speaking.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import ipaddress
-import uuid
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +44,14 @@ API_VERSION = "audit.k8s.io/v1"
 CREDENTIAL_ID_KEY = "authentication.kubernetes.io/credential-id"
 _JTI_PREFIX = "JTI="
 MAX_USER_AGENT = 512
+MAX_AUDIT_ID = 128
+"""A UUID is 36 characters; a client-chosen ID (the API server keeps it
+uncut) is cut to this."""
 _MAX_NAME = 253
+IDENTIFYING_FIELDS = ("auditID", "stage", "requestReceivedTimestamp", "stageTimestamp", "verb", "requestURI", "user",
+                      "impersonatedUser", "sourceIPs", "userAgent", "objectRef")
+"""With responseStatus.code, what `event_digest` covers: who asked what, from
+where, when, and how it ended."""
 _MAX_USERNAME = 512
 _MAX_JTI = 128
 _MAX_SHORT = 32
@@ -42,9 +65,14 @@ class NotAnEventList(ValueError):
 class ClusterEvent:
     """One stage of one request the API server audited, as stored."""
 
-    audit_id: uuid.UUID
+    audit_id: str
+    """As the API server wrote it (a client may have chosen it), cut to MAX_AUDIT_ID."""
+    digest: bytes
+    """SHA-256 of its identifying fields (`event_digest`): what makes it this event and no other."""
     stage: str
     time: datetime.datetime
+    received_at: datetime.datetime | None
+    """When the API server received the request: the same in each of its stages."""
     verb: str
     resource: str | None
     subresource: str | None
@@ -58,12 +86,13 @@ class ClusterEvent:
 
     def record(self) -> tuple[Any, ...]:
         """The row in the column order of `COLUMNS`, for COPY."""
-        return (self.audit_id, self.stage, self.time, self.verb, self.resource, self.subresource, self.namespace,
-                self.name, self.code, self.user_agent, self.source_ip, self.username, self.jti)
+        return (self.audit_id, self.digest, self.stage, self.time, self.received_at, self.verb, self.resource,
+                self.subresource, self.namespace, self.name, self.code, self.user_agent, self.source_ip,
+                self.username, self.jti)
 
 
-COLUMNS = ("audit_id", "stage", "time", "verb", "resource", "subresource", "namespace", "name", "code",
-           "user_agent", "source_ip", "username", "jti")
+COLUMNS = ("audit_id_text", "event_digest", "stage", "time", "received_at", "verb", "resource", "subresource",
+           "namespace", "name", "code", "user_agent", "source_ip", "username", "jti")
 
 
 def parse_event_list(document: Any) -> list[ClusterEvent]:
@@ -76,19 +105,21 @@ def parse_event_list(document: Any) -> list[ClusterEvent]:
 
 
 def parse_event(item: Any) -> ClusterEvent | None:
-    """One event, or None when it lacks what identifies it (audit id, stage,
-    verb, a time)."""
+    """One event, or None when it lacks what the API server always writes
+    (stage, verb, a time). Its auditID, which a client may choose, is kept
+    whatever it is."""
     if not isinstance(item, dict):
         return None
-    audit_id = _uuid(item.get("auditID"))
     stage, verb = _text(item.get("stage"), _MAX_SHORT), _text(item.get("verb"), _MAX_SHORT)
-    time = _time(item.get("stageTimestamp")) or _time(item.get("requestReceivedTimestamp"))
-    if audit_id is None or stage is None or verb is None or time is None:
+    received_at = _time(item.get("requestReceivedTimestamp"))
+    time = _time(item.get("stageTimestamp")) or received_at
+    if stage is None or verb is None or time is None:
         return None
     ref, user, status = _mapping(item, "objectRef"), _mapping(item, "user"), _mapping(item, "responseStatus")
     code = status.get("code")
     return ClusterEvent(
-        audit_id=audit_id, stage=stage, time=time, verb=verb,
+        audit_id=audit_id_text(item.get("auditID")), digest=event_digest(item), stage=stage, time=time,
+        received_at=received_at, verb=verb,
         resource=_text(ref.get("resource"), _MAX_NAME), subresource=_text(ref.get("subresource"), _MAX_NAME),
         namespace=_text(ref.get("namespace"), _MAX_NAME), name=_text(ref.get("name"), _MAX_NAME),
         code=code if isinstance(code, int) and not isinstance(code, bool) and 0 <= code < 1000 else None,
@@ -129,11 +160,30 @@ def _text(value: Any, limit: int, *, cut: bool = False) -> str | None:
     return value or None
 
 
-def _uuid(value: Any) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
+def audit_id_text(value: Any) -> str:
+    """The auditID as stored: any string, without NULs, cut to MAX_AUDIT_ID;
+    empty when there is none (the API server always writes one, but its
+    absence is no reason to lose the event)."""
+    if not isinstance(value, str):
+        return ""
+    return value.replace("\x00", "")[:MAX_AUDIT_ID]
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+"""Canonical JSON: sorted keys, no spaces, ASCII escapes (so any string,
+a lone surrogate too, encodes). Made once: json.dumps with options makes an
+encoder per call, a third of the digest's cost."""
+
+
+def event_digest(item: dict[str, Any]) -> bytes:
+    """SHA-256 of the event's identifying fields, in IDENTIFYING_FIELDS order
+    and then the response's code, in canonical JSON: the same for the same
+    event however often and in whatever key order it is sent, different for
+    events that differ in any of them, their chosen auditID included."""
+    status = item.get("responseStatus")
+    identity = [item.get(field) for field in IDENTIFYING_FIELDS]
+    identity.append(status.get("code") if isinstance(status, dict) else None)
+    return hashlib.sha256(_CANONICAL.encode(identity).encode("ascii")).digest()
 
 
 def _time(value: Any) -> datetime.datetime | None:

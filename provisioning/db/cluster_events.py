@@ -1,12 +1,14 @@
-"""The SQL of the cluster's audit events (migrations 0014, 0017).
+"""The SQL of the cluster's audit events (migrations 0014, 0017, 0019).
 
 A batch is written as the API server sent it, in one transaction: COPY
 into a temporary table, then one INSERT that joins each event's `jti` to
 the credential the gateway issued or to the token its proxy minted
 (provisioning.db.proxy_tokens), and so to its person and workspace, noting
 which of the two (`via`); names the workspace of an unattributed event in
-a tenant namespace, drops the rest, and skips an (audit id, stage) already
-stored. The same transaction moves each credential's `last_used_at`
+a tenant namespace, drops the rest, and skips an event already stored:
+the same event, by its digest (provisioning.cluster_events), never merely
+the same audit id, which a client may choose to hide a request behind
+another's. The same transaction moves each credential's `last_used_at`
 forward. So a batch is stored whole or not at all: the API server retries
 one it was refused.
 """
@@ -22,8 +24,9 @@ from provisioning.db.pool import Database
 _INCOMING = "incoming_cluster_events"
 _CREATE_INCOMING = f"""
     CREATE TEMPORARY TABLE {_INCOMING} (
-        audit_id uuid, stage text, time timestamptz, verb text, resource text, subresource text, namespace text,
-        name text, code integer, user_agent text, source_ip inet, username text, jti text
+        audit_id_text text, event_digest bytea, stage text, time timestamptz, received_at timestamptz, verb text,
+        resource text, subresource text, namespace text, name text, code integer, user_agent text, source_ip inet,
+        username text, jti text
     ) ON COMMIT DROP"""
 _STORE = f"""
     INSERT INTO cluster_events ({', '.join(COLUMNS)}, credential_id, user_id, workspace_id, via)
@@ -35,7 +38,8 @@ _STORE = f"""
     LEFT JOIN proxy_tokens p ON c.id IS NULL AND i.jti IS NOT NULL AND p.jti = i.jti
     LEFT JOIN workspaces w ON c.id IS NULL AND p.jti IS NULL AND w.k8s_namespace = i.namespace
     WHERE c.id IS NOT NULL OR p.jti IS NOT NULL OR w.id IS NOT NULL
-    ON CONFLICT (audit_id, stage) DO NOTHING"""
+    -- The unique index of migration 0019: the same event (its digest) under the same ID.
+    ON CONFLICT ((COALESCE(audit_id_text, audit_id::text)), event_digest) DO NOTHING"""
 # Rows locked in id order: two batches naming the same credentials never deadlock.
 _LAST_USED = f"""
     WITH latest AS (SELECT jti, max(time) AS at FROM {_INCOMING} WHERE jti IS NOT NULL GROUP BY jti),

@@ -21,10 +21,11 @@ _SESSION: list[dict[str, list[str]]] = [{"bearer": []}, {"cookie": []}]
 
 def _op(summary: str, ok: int, *, body: str | None = None, auth: bool = True, errors: tuple[int, ...] = (),
         ok_type: str = "application/json", params: list[dict[str, Any]] | None = None,
-        also_ok: dict[int, str] | None = None) -> dict[str, Any]:
+        also_ok: dict[int, str] | None = None, ok_schema: str | None = None) -> dict[str, Any]:
+    content = {"schema": {"$ref": f"#/components/schemas/{ok_schema}"}} if ok_schema else {}
     operation: dict[str, Any] = {
         "summary": summary,
-        "responses": {str(ok): {"description": "success", "content": {ok_type: {}}} if ok != 204 else {"description": "success"}},
+        "responses": {str(ok): {"description": "success", "content": {ok_type: content}} if ok != 204 else {"description": "success"}},
     }
     for status, description in (also_ok or {}).items():
         operation["responses"][str(status)] = {"description": description, "content": {ok_type: {}}}
@@ -164,12 +165,14 @@ DOCUMENT: dict[str, Any] = {
             "agent; user_id null for a token the gateway did not issue, in a tenant namespace). Each item's `via` "
             "says how it came: `kubeconfig` or `token` (an issued credential, straight at the API server), `proxy` "
             "(through the gateway's proxy: web session, console, kubectl pointed at the gateway), `gateway` (the "
-            "gateway's own API), null (unattributed); `audit_id` is the API server's auditID of a cluster item, "
+            "gateway's own API), null (unattributed); `audit_id` is the API server's auditID of a cluster item "
+            "(any string: a client talking straight to the API server may choose it, so it need not be a UUID and "
+            "may repeat another request's; every request is an item of its own all the same), "
             "or of the event a ProxyWrite or ProxyExec row was sent as. Each action is shown once: a proxied "
             "write is its cluster event once that is stored (its ProxyWrite row stays in /api/v1/audit), and a "
             "long request's two stages are one item. The caller's own; with workspace_id, a workspace admin's "
             "whole workspace; gateway admins all. Paged: pass `next` back as cursor (null: the last page)",
-            200, errors=(400, 403, 503),
+            200, errors=(400, 403, 503), ok_schema="ActivityPage",
             params=[_query("workspace_id", fmt="uuid"), _query("user_id", fmt="uuid"),
                     _query("since", fmt="date-time"), _query("limit", "integer"), _query("cursor")])},
         "/api/v1/roles": {"get": _op("The member roles, their ClusterRoles and what each may do, in words", 200,
@@ -248,6 +251,24 @@ DOCUMENT: dict[str, Any] = {
                                "properties": {"user_code": {"type": "string"}}},
             "DeviceToken": {"type": "object", "required": ["device_code"],
                             "properties": {"device_code": {"type": "string"}}},
+            "ActivityPage": {"type": "object", "required": ["items", "next"], "properties": {
+                "next": {"type": ["string", "null"], "description": "the cursor of the next page; null on the last"},
+                "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "time": {"type": "string", "format": "date-time"},
+                    "source": {"enum": ["gateway", "cluster"]},
+                    "user_id": {"type": ["string", "null"], "format": "uuid"},
+                    "workspace_id": {"type": ["string", "null"], "format": "uuid"},
+                    "credential_id": {"type": ["string", "null"], "format": "uuid"},
+                    "action": {"type": ["string", "null"], "description": "a gateway item's audit action"},
+                    "verb": {"type": ["string", "null"]}, "resource": {"type": ["string", "null"]},
+                    "subresource": {"type": ["string", "null"]}, "namespace": {"type": ["string", "null"]},
+                    "name": {"type": ["string", "null"]}, "code": {"type": ["integer", "null"]},
+                    "user_agent": {"type": ["string", "null"]},
+                    "via": {"enum": ["kubeconfig", "token", "proxy", "gateway", None]},
+                    "audit_id": {"type": ["string", "null"], "maxLength": 128,
+                                 "description": "the API server's auditID, as it wrote it: any string (a client "
+                                                "may set it with an Audit-ID header), not necessarily a UUID, "
+                                                "cut to 128 characters"}}}}}},
             "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["code", "message"],
                 "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}},

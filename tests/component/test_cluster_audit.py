@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -130,6 +129,106 @@ async def test_duplicates_are_stored_once_and_bad_bodies_are_refused(make_gatewa
                 b"\xff\xfe"):
         assert await post(app[keys.AUDIT_ADDRESS], context, None, raw=raw) == 400
     assert await post(app[keys.AUDIT_ADDRESS], context, batch, path="/other") == 404
+
+
+async def test_an_audit_id_the_client_chose_hides_none_of_its_requests(
+        make_gateway: Any, audit_pki: AuditPki) -> None:
+    """Given a person whose kubeconfig talks straight to the API server, which
+    takes a request's auditID from its `Audit-ID` header; when they send one
+    request as `not-a-uuid` and two more reusing an earlier request's ID (and
+    stage); then every request is stored and on their timeline, under them,
+    and the API server's retry of the same batch adds nothing."""
+    gateway = await make_gateway(kube=FakeCluster(), **audit_pki.env())
+    app = gateway.server.app
+    owner, workspace_id = await team_workspace(gateway)
+    credential, jti = await credential_with_jti(gateway, owner, workspace_id)
+    context = client_context(audit_pki.ca, audit_pki.client)
+    namespace = f"tenant-{owner.user_id}"
+    earlier = event(namespace=namespace, name="honest", jti=jti, time="2025-06-01T10:00:01.000001Z")
+    batch = event_list(
+        earlier,
+        event(verb="delete", namespace=namespace, name="chosen", jti=jti, code=200, audit_id="not-a-uuid",
+              time="2025-06-01T10:00:02Z"),
+        # The earlier request's ID and stage again, on other requests: one a microsecond later, otherwise alike.
+        event(verb="delete", namespace=namespace, name="reused", jti=jti, code=200, audit_id=earlier["auditID"],
+              time="2025-06-01T10:00:03Z"),
+        event(namespace=namespace, name="honest", jti=jti, audit_id=earlier["auditID"],
+              time="2025-06-01T10:00:01.000002Z"))
+    assert await post(app[keys.AUDIT_ADDRESS], context, batch) == 204
+    assert await post(app[keys.AUDIT_ADDRESS], context, batch) == 204  # the API server's retry
+
+    rows = await stored(app[keys.DATABASE])
+    assert [(r["name"], r["audit_id_text"], str(r["user_id"])) for r in rows] == [
+        ("honest", earlier["auditID"], owner.user_id), ("honest", earlier["auditID"], owner.user_id),
+        ("chosen", "not-a-uuid", owner.user_id), ("reused", earlier["auditID"], owner.user_id)]
+    shown = [(i["verb"], i["name"], i["audit_id"], i["user_id"], i["credential_id"])
+             for i in (await timeline(owner, "?limit=500"))["items"] if i["source"] == "cluster"]
+    assert shown == [("delete", "reused", earlier["auditID"], owner.user_id, credential),
+                     ("delete", "chosen", "not-a-uuid", owner.user_id, credential),
+                     ("create", "honest", earlier["auditID"], owner.user_id, credential),
+                     ("create", "honest", earlier["auditID"], owner.user_id, credential)]
+    # An ID far past any UUID's length is kept, cut, and its request stored all the same.
+    long_id = "x" * 5000
+    assert await post(app[keys.AUDIT_ADDRESS], context, event_list(
+        event(namespace=namespace, name="long", jti=jti, audit_id=long_id))) == 204
+    assert [r["audit_id_text"] for r in await stored(app[keys.DATABASE]) if r["name"] == "long"] == ["x" * 128]
+
+
+async def test_a_long_request_s_start_gives_way_only_to_its_own_end(make_gateway: Any, audit_pki: AuditPki) -> None:
+    """Given a watch that has started; when another request reuses its audit
+    ID and ends, then the watch stays on the timeline; once the watch
+    itself ends (received at the same time as it started), it is one item."""
+    gateway = await make_gateway(kube=FakeCluster(), **audit_pki.env())
+    app = gateway.server.app
+    owner, workspace_id = await team_workspace(gateway)
+    _, jti = await credential_with_jti(gateway, owner, workspace_id)
+    context = client_context(audit_pki.ca, audit_pki.client)
+    namespace = f"tenant-{owner.user_id}"
+    watch = str(uuid.uuid4())
+    started = event(verb="watch", namespace=namespace, jti=jti, code=200, audit_id=watch, stage="ResponseStarted",
+                    time="2025-06-01T10:00:00Z")
+    # Another watch, as alike as a client can make it, that began a second later and has ended.
+    impostor = event(verb="watch", namespace=namespace, jti=jti, code=200, audit_id=watch,
+                     time="2025-06-01T10:00:02Z", received="2025-06-01T10:00:01Z")
+    assert await post(app[keys.AUDIT_ADDRESS], context, event_list(started, impostor)) == 204
+
+    async def shown() -> list[tuple[str, str]]:
+        items = (await timeline(owner, "?limit=500"))["items"]
+        return [(i["verb"], i["time"][:19]) for i in items if i["audit_id"] == watch]
+
+    assert await shown() == [("watch", "2025-06-01T10:00:02"), ("watch", "2025-06-01T10:00:00")]
+    ended = event(verb="watch", namespace=namespace, jti=jti, code=200, audit_id=watch, time="2025-06-01T10:05:00Z",
+                  received="2025-06-01T10:00:00Z")
+    assert await post(app[keys.AUDIT_ADDRESS], context, event_list(ended)) == 204
+    assert await shown() == [("watch", "2025-06-01T10:05:00"), ("watch", "2025-06-01T10:00:02")]
+
+
+async def test_the_previous_release_s_rows_and_writes_go_on_working_beside_these(
+        make_gateway: Any, audit_pki: AuditPki) -> None:
+    """Migration 0019 only adds: during a rollout, replicas of the previous
+    release go on storing events their way (a UUID `audit_id`, deduplicated
+    on it and the stage); their rows, and those stored before the upgrade,
+    are on the timeline with their ID, and never stop the new rows."""
+    gateway = await make_gateway(kube=FakeCluster(), **audit_pki.env())
+    app, db = gateway.server.app, gateway.server.app[keys.DATABASE]
+    owner, workspace_id = await team_workspace(gateway)
+    credential, jti = await credential_with_jti(gateway, owner, workspace_id)
+    old_id = uuid.uuid4()
+    for _ in range(2):  # the previous release's INSERT, as it was, and its retry
+        await db.fetch(
+            """INSERT INTO cluster_events (audit_id, stage, time, verb, resource, namespace, name, code, jti,
+                                           credential_id, user_id, workspace_id, via)
+               VALUES ($1, 'ResponseComplete', '2025-06-01T10:00:00Z', 'create', 'configmaps', $2, 'old', 201, $3,
+                       $4, $5, $6, 'kubeconfig')
+               ON CONFLICT (audit_id, stage) DO NOTHING""",
+            old_id, f"tenant-{owner.user_id}", jti, uuid.UUID(credential), uuid.UUID(owner.user_id), workspace_id)
+    same = event(namespace=f"tenant-{owner.user_id}", name="new", jti=jti, audit_id=str(old_id),
+                 time="2025-06-01T10:00:01Z")
+    assert await post(app[keys.AUDIT_ADDRESS], client_context(audit_pki.ca, audit_pki.client), event_list(same)) == 204
+    assert [(r["name"], r["audit_id"], r["audit_id_text"]) for r in await stored(db)] == [
+        ("old", old_id, None), ("new", None, str(old_id))]
+    shown = [(i["name"], i["audit_id"]) for i in (await timeline(owner))["items"] if i["source"] == "cluster"]
+    assert shown == [("new", str(old_id)), ("old", str(old_id))]
 
 
 async def test_a_5_mb_batch_is_taken_and_a_bigger_one_is_413(make_gateway: Any, audit_pki: AuditPki) -> None:

@@ -110,7 +110,7 @@ async def test_a_proxy_token_is_recorded_for_its_person_and_their_requests_are_t
     clustered = [(i["verb"], i["name"], i["via"], i["user_id"], i["audit_id"])
                  for i in items if i["source"] == "cluster"]
     assert clustered == [("create", "made", "proxy", person.user_id, audit_id),
-                         ("list", None, "proxy", person.user_id, str(events[0]["audit_id"]))]
+                         ("list", None, "proxy", person.user_id, events[0]["audit_id_text"])]
     # The gateway's own record is as it was written.
     assert len(await db.fetch("SELECT 1 FROM audit_logs WHERE action = 'ProxyWrite'")) == 1
     # Other rows of the gateway's are `via` gateway.
@@ -143,8 +143,10 @@ async def test_a_write_sent_again_with_a_fresh_token_names_a_new_event(
 async def test_a_gateway_row_gives_way_only_to_its_own_event_of_the_same_person(
         make_gateway: Any, api_server: RecordingAPIServer, audit_pki: AuditPki) -> None:
     """An event with the row's audit id that is not the person's (a token the
-    gateway did not issue) leaves the row on their timeline: an action is
-    shown once, never not at all. A long request's two stages are one item."""
+    gateway did not issue), or is theirs but not through the proxy (an
+    `Audit-ID` chosen by their kubeconfig's client), leaves the row on their
+    timeline: an action is shown once, never not at all. A long request's two
+    stages are one item."""
     seen, upstream = api_server
     issuer = FakeTokenIssuer(with_jti=True)
     gateway = await make_gateway(kube=issuer, upstream=upstream, **audit_pki.env())
@@ -157,6 +159,18 @@ async def test_a_gateway_row_gives_way_only_to_its_own_event_of_the_same_person(
                                                 audit_id=audit_id))
     items = await timeline(person)
     assert [i["audit_id"] for i in items if i["action"] == "ProxyWrite"] == [audit_id]
+    # Nor does the person's own event sent straight at the API server with the row's ID as its `Audit-ID`
+    # (which the API server takes as given): only the proxy's token, which no client holds, names the row's event.
+    workspace_id = path.split("/")[2]
+    issued = await person.call("GET", f"/api/v1/workspaces/credentials/kubeconfig?workspace_id={workspace_id}")
+    assert issued.status == 200, await issued.text()
+    [kubeconfig_jti] = [r["jti"] for r in await gateway.server.app[keys.DATABASE].fetch(
+        "SELECT jti FROM credentials WHERE user_id = $1 AND kind = 'kubeconfig'", uuid.UUID(person.user_id))]
+    await send_events(gateway, audit_pki, event(verb="delete", namespace=namespace, name="y", jti=kubeconfig_jti,
+                                                audit_id=audit_id, code=200))
+    items = await timeline(person)
+    assert [i["audit_id"] for i in items if i["action"] == "ProxyWrite"] == [audit_id]
+    assert [(i["via"], i["name"]) for i in items if i["source"] == "cluster"] == [("kubeconfig", "y")]
 
     watch = str(uuid.uuid4())
     jti = jti_of(issuer.issued[0])
@@ -165,7 +179,8 @@ async def test_a_gateway_row_gives_way_only_to_its_own_event_of_the_same_person(
     started = [i for i in await timeline(person) if i["audit_id"] == watch]
     assert [(i["verb"], i["time"][:19]) for i in started] == [("watch", "2025-06-01T10:00:00")]
     await send_events(gateway, audit_pki, event(verb="watch", namespace=namespace, jti=jti, audit_id=watch,
-                                                stage="ResponseComplete", code=200, time="2025-06-01T10:05:00Z"))
+                                                stage="ResponseComplete", code=200, time="2025-06-01T10:05:00Z",
+                                                received="2025-06-01T10:00:00Z"))
     ended = [i for i in await timeline(person) if i["audit_id"] == watch]
     assert [(i["verb"], i["time"][:19]) for i in ended] == [("watch", "2025-06-01T10:05:00")]
 

@@ -3,7 +3,8 @@ when each uses kubectl straight at the API server (never through the
 gateway), then the API server's own audit log, sent to the gateway's audit
 listener (devstack.auditing), puts each create, patch and delete on the
 activity timeline under the person who did it, within seconds, and each
-person sees their own."""
+person sees their own; even when their client chooses the requests' audit
+IDs (`Audit-ID`), a non-UUID one or another request's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import pytest
+from kubernetes import client
 
 from devstack.cluster import LocalCluster
 from tests.support import kubeclients
@@ -81,3 +83,48 @@ async def test_kubectl_straight_at_the_api_server_shows_on_each_person_s_timelin
     assert "member-settings" not in {item["name"] for item in await cluster_items(owner)}
     both = {item["name"] for item in await cluster_items(owner, f"&workspace_id={workspace['id']}")}
     assert {"owner-settings", "member-settings"} <= both
+
+
+def with_audit_id(kubeconfig: Path, audit_id: str | None) -> client.CoreV1Api:
+    """The official client from the downloaded kubeconfig, sending `Audit-ID`
+    on every request when given: the API server takes it as the event's ID."""
+    api = kubeclients.from_kubeconfig(kubeconfig)
+    if audit_id is not None:
+        api.set_default_header("Audit-ID", audit_id)
+    return client.CoreV1Api(api)
+
+
+async def test_audit_ids_the_client_chooses_hide_none_of_its_requests(
+        cluster: LocalCluster, make_gateway: Callable[..., Awaitable[Any]], tmp_path: Path) -> None:
+    """Given a person's downloaded kubeconfig, used straight at the API server;
+    when they create a ConfigMap, patch it as `Audit-ID: not-a-uuid` and
+    delete it as the create's audit ID (the same ID and stage as an event
+    already stored); then all three are on their timeline, under them."""
+    gateway = await make_gateway(**cluster.audit_environment())
+    owner = await register_and_login(gateway)
+    workspace = await owner.init()
+    path = tmp_path / "owner.kubeconfig"
+    path.write_text(await owner.kubeconfig(workspace["id"]))
+    [credential] = [c["id"] for c in await (await owner.call(
+        "GET", f"/api/v1/credentials?workspace_id={workspace['id']}")).json()]
+    namespace, name = workspace["namespace"], f"chosen-{uuid.uuid4().hex[:6]}"
+
+    def requests() -> tuple[str, str, str]:
+        body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name=name), data={"a": "b"})
+        _, _, made = with_audit_id(path, None).create_namespaced_config_map_with_http_info(namespace, body)
+        honest = made["Audit-Id"]
+        _, _, patched = with_audit_id(path, "not-a-uuid").patch_namespaced_config_map_with_http_info(
+            name, namespace, {"data": {"a": "c"}})
+        _, _, deleted = with_audit_id(path, honest).delete_namespaced_config_map_with_http_info(name, namespace)
+        return honest, patched["Audit-Id"], deleted["Audit-Id"]
+
+    honest, patched, deleted = await asyncio.to_thread(requests)
+    # The API server took each ID as the client sent it.
+    assert str(uuid.UUID(honest)) == honest and (patched, deleted) == ("not-a-uuid", honest)
+
+    items, _ = await shown_within(owner, name, seconds=10)
+    assert sorted((item["verb"], item["audit_id"], item["code"]) for item in items) == [
+        ("create", honest, 201), ("delete", honest, 200), ("patch", "not-a-uuid", 200)]
+    for item in items:
+        assert (item["user_id"], item["workspace_id"], item["credential_id"], item["via"]) == (
+            owner.user_id, workspace["id"], credential, "kubeconfig")

@@ -44,9 +44,11 @@ def make_audit_pki(folder: Path) -> AuditPki:
 
 def event(*, verb: str = "create", resource: str = "configmaps", namespace: str | None = None,
           name: str | None = None, jti: str | None = None, code: int = 201, audit_id: str | None = None,
-          stage: str = "ResponseComplete", time: str = "2025-06-01T10:00:00.000000Z",
+          stage: str = "ResponseComplete", time: str = "2025-06-01T10:00:00.000000Z", received: str | None = None,
           username: str = "system:serviceaccount:ns:member", padding: int = 0) -> dict[str, Any]:
-    """One metadata-level event; `padding` characters of requestURI make it bigger."""
+    """One metadata-level event at stage time `time` of a request received at
+    `received` (by default `time`: a request's stages share it); `padding`
+    characters of requestURI make it bigger."""
     extra = {CREDENTIAL_ID_KEY: [f"JTI={jti}"]} if jti else {}
     return {
         "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata", "auditID": audit_id or str(uuid.uuid4()),
@@ -55,7 +57,7 @@ def event(*, verb: str = "create", resource: str = "configmaps", namespace: str 
         "sourceIPs": ["192.0.2.1", "127.0.0.1"], "userAgent": "kubectl/v1.34.0 (test)",
         "objectRef": {"resource": resource, "namespace": namespace, "name": name, "apiVersion": "v1"},
         "responseStatus": {"metadata": {}, "code": code},
-        "requestReceivedTimestamp": time, "stageTimestamp": time,
+        "requestReceivedTimestamp": received or time, "stageTimestamp": time,
     }
 
 

@@ -5,12 +5,20 @@ listener's settings. Pure."""
 from __future__ import annotations
 
 import datetime
-import uuid
+import json
 from typing import Any
 
 import pytest
 
-from provisioning.cluster_events import MAX_USER_AGENT, NotAnEventList, credential_jti, parse_event, parse_event_list
+from provisioning.cluster_events import (
+    MAX_AUDIT_ID,
+    MAX_USER_AGENT,
+    NotAnEventList,
+    credential_jti,
+    event_digest,
+    parse_event,
+    parse_event_list,
+)
 from provisioning.db.activity import Position
 from provisioning.errors import BadRequest
 from proxy.routes.activity import decode_cursor, encode_cursor
@@ -39,10 +47,68 @@ def test_an_event_keeps_its_metadata_the_last_address_and_the_jti() -> None:
     parsed = parse_event(event())
     assert parsed is not None
     assert (parsed.audit_id, parsed.stage, parsed.verb, parsed.resource, parsed.namespace, parsed.name, parsed.code) \
-        == (uuid.UUID(AUDIT_ID), "ResponseComplete", "create", "configmaps", "tenant-a", "settings", 201)
+        == (AUDIT_ID, "ResponseComplete", "create", "configmaps", "tenant-a", "settings", 201)
     assert parsed.source_ip == "10.0.0.7"  # the peer the API server saw, not what X-Forwarded-For claimed
     assert parsed.jti == "abc-123" and parsed.username == "system:serviceaccount:tenant-a:member-1"
     assert parsed.time == datetime.datetime(2025, 6, 1, 10, 0, 0, 120000, tzinfo=datetime.timezone.utc)
+    assert parsed.received_at == datetime.datetime(2025, 6, 1, 10, 0, 0, tzinfo=datetime.timezone.utc)
+    assert parsed.digest == event_digest(event()) and len(parsed.digest) == 32
+
+
+def test_the_same_event_sent_again_has_the_same_digest_in_any_key_order() -> None:
+    """The API server's retry of a batch resends identical events: one row."""
+    resent = json.loads(json.dumps(dict(reversed(list(event().items())))))
+    resent["user"] = dict(reversed(list(resent["user"].items())))
+    assert list(resent) != list(event())
+    assert event_digest(resent) == event_digest(event())
+
+
+def test_bodies_and_annotations_are_not_in_the_digest() -> None:
+    """A policy above metadata level puts objects (a Secret's data) in the
+    event: they are never hashed, and an event is the same without them."""
+    fuller = event(requestObject={"kind": "Secret", "data": {"password": "aHVudGVyMg=="}},
+                   responseObject={"kind": "Status"}, annotations={"authorization.k8s.io/decision": "allow"})
+    assert event_digest(fuller) == event_digest(event())
+
+
+@pytest.mark.parametrize("differs", [
+    {"requestReceivedTimestamp": "2025-06-01T10:00:00.000001Z"},  # a microsecond later: another request
+    {"stageTimestamp": "2025-06-01T10:00:00.120001Z"}, {"stage": "ResponseStarted"}, {"verb": "delete"},
+    {"requestURI": "/api/v1/namespaces/tenant-a/configmaps/other"}, {"sourceIPs": ["10.0.0.8"]},
+    {"userAgent": "curl/8"}, {"responseStatus": {"metadata": {}, "code": 409}},
+    {"objectRef": {"resource": "secrets", "namespace": "tenant-a", "name": "settings", "apiVersion": "v1"}},
+    {"user": {"username": "system:serviceaccount:tenant-a:member-2"}},
+    {"impersonatedUser": {"username": "someone-else"}},
+    {"auditID": "5b0b7e3c-9f5e-4b7a-8f8e-2f4f3b0c1d2f"},
+])
+def test_two_requests_sharing_a_chosen_audit_id_are_two_events(differs: dict[str, Any]) -> None:
+    """A client sets `Audit-ID` to another request's: the events keep that
+    ID, and are still told apart by everything else about them."""
+    first, second = parse_event(event()), parse_event(event(**differs))
+    assert first is not None and second is not None
+    assert first.digest != second.digest
+
+
+@pytest.mark.parametrize("chosen, kept", [
+    ("not-a-uuid", "not-a-uuid"), ("", ""), (None, ""), (7, ""), ("a\x00b", "ab"),
+    ("x" * 5000, "x" * MAX_AUDIT_ID), ("5B0B7E3C-9F5E-4B7A-8F8E-2F4F3B0C1D2E", "5B0B7E3C-9F5E-4B7A-8F8E-2F4F3B0C1D2E"),
+])
+def test_any_audit_id_is_kept_bounded_never_a_reason_to_skip(chosen: Any, kept: str) -> None:
+    batch = {"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "items": [event(auditID=chosen)]}
+    [parsed] = parse_event_list(batch)
+    assert parsed.audit_id == kept
+
+
+def test_an_over_long_audit_id_cut_the_same_still_leaves_two_requests_apart() -> None:
+    long_id = "x" * (MAX_AUDIT_ID + 10)
+    one, other = parse_event(event(auditID=long_id + "a")), parse_event(event(auditID=long_id + "b"))
+    assert one is not None and other is not None
+    assert one.audit_id == other.audit_id and one.digest != other.digest
+
+
+def test_a_lone_surrogate_from_the_json_still_has_a_digest() -> None:
+    strange = json.loads('{"userAgent": "\\ud800"}')
+    assert parse_event(event(**strange)) is not None
 
 
 @pytest.mark.parametrize("extra, jti", [
@@ -64,7 +130,7 @@ def test_untrusted_text_is_bounded_and_never_holds_a_nul() -> None:
 
 
 @pytest.mark.parametrize("broken", [
-    {"auditID": "not-a-uuid"}, {"stage": None}, {"verb": 7}, {"stageTimestamp": "yesterday",
+    {"stage": None}, {"verb": 7}, {"stageTimestamp": "yesterday",
                                                               "requestReceivedTimestamp": None},
 ])
 def test_an_event_without_what_identifies_it_is_skipped_not_the_batch(broken: dict[str, Any]) -> None:
