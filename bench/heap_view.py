@@ -57,7 +57,8 @@ def resident_by_mapping() -> dict[str, int]:
     return dict(kib)
 
 
-def _resident_bytes(address: int, size: int) -> int:
+def resident_bytes(address: int, size: int) -> int:
+    """Bytes of [address, address + size) resident in this process (/proc/self/pagemap)."""
     first, last = address // PAGE, (address + size - 1) // PAGE
     with open("/proc/self/pagemap", "rb") as pagemap:
         pagemap.seek(first * 8)
@@ -79,7 +80,7 @@ def tls_read_buffers() -> dict[str, dict[str, int]]:
             first = ctypes.c_char.from_buffer(view)
             address = ctypes.addressof(first)
             del first
-            resident = _resident_bytes(address, len(view))
+            resident = resident_bytes(address, len(view))
         legs[leg]["connections"] += 1
         legs[leg]["resident_kib"] += resident // 1024
     return dict(legs)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import json
 import os
 import socket
@@ -42,6 +41,7 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict
 
+from bench.heap_view import mallinfo2
 from devstack import pki
 from proxy.passthrough.backpressure import STREAM_READ_AHEAD
 from proxy.passthrough.http1 import Pool
@@ -56,17 +56,9 @@ def _event(size: int) -> bytes:
 _SETTLE_SECONDS = 10
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-
 def _heap() -> dict[str, int]:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
-    info = libc.mallinfo2()
-    return {"in_use": int(info.uordblks) + int(info.hblkhd), "free": int(info.fordblks)}
+    info = mallinfo2()
+    return {"in_use": info["heap_in_use"] + info["mapped_apart"], "free": info["heap_free"]}
 
 
 async def _api_server(port: int, folder: Path, event_bytes: int) -> None:

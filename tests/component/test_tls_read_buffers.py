@@ -21,6 +21,7 @@ import uvloop
 from aiohttp import web
 from multidict import CIMultiDict
 
+from bench.heap_view import resident_bytes
 from proxy.http.tls_buffers import PAGE, release_read_buffer, uvloop_tls_layer
 from proxy.passthrough.http1 import Pool
 from proxy.server.connection import GatewayRunner
@@ -33,14 +34,6 @@ _SMALL_READS = 4 * PAGE
 """More than a request head or a short answer takes in one read."""
 
 
-def _resident_bytes(address: int, size: int) -> int:
-    first, last = address // PAGE, (address + size - 1) // PAGE
-    with open("/proc/self/pagemap", "rb") as pagemap:
-        pagemap.seek(first * 8)
-        entries = pagemap.read((last - first + 1) * 8)
-    return PAGE * sum(int.from_bytes(entries[i:i + 8], "little") >> 63 for i in range(0, len(entries), 8))
-
-
 def _buffer_resident(transport: Any) -> int:
     """The resident bytes of `transport`'s TLS read buffer."""
     layer = uvloop_tls_layer(transport)
@@ -50,7 +43,7 @@ def _buffer_resident(transport: Any) -> int:
         first = ctypes.c_char.from_buffer(view)
         address = ctypes.addressof(first)
         del first
-        return _resident_bytes(address, len(view))
+        return resident_bytes(address, len(view))
 
 
 def _dirty_heap() -> int:
