@@ -35,9 +35,9 @@ few are left.
 What stays then is pymalloc's arenas that a few long-lived objects pin
 (31-55 MiB over the start in the same probe). With PYTHONMALLOC=malloc
 small objects come from glibc's heap instead, whose free pages a trim
-gives back however they are scattered (7 MiB over the start), but that
-changes the allocator of every request: not done until its cost on the
-proxied rows is measured (bench/README.md, "10,000 watches").
+gives back however they are scattered (7 MiB over the start), but every
+request's allocations then cost more: 7.4 % more instructions per proxied
+GET (bench/README.md, "10,000 watches"). Not done.
 
 There is nothing to do where the C library is not glibc (musl, macOS).
 """
