@@ -25,7 +25,7 @@ from provisioning.errors import ClusterUnavailable, DatabaseUnavailable, Gateway
 from provisioning.fleet import Fleet
 from provisioning.kube.client import KubeClient
 from provisioning.permissions import PermissionReport, probe_permissions
-from provisioning.reconciling import Reconciled, reconcile
+from provisioning.reconciling import RECONCILE_CONCURRENCY, Reconciled, reconcile
 from provisioning.secrets import Secret
 from proxy.app import create_app, handler_args
 from proxy.auth import passwords
@@ -89,8 +89,8 @@ def database_dsn(settings: Settings) -> str:
               "set GATEWAY_DATABASE_URL to your PostgreSQL")
 
 
-async def _with_database(dsn: str, apply_migrations: bool = True) -> Database:
-    db = await Database.connect(dsn, min_size=1, max_size=2)
+async def _with_database(dsn: str, apply_migrations: bool = True, max_size: int = 2) -> Database:
+    db = await Database.connect(dsn, min_size=1, max_size=max_size)
     if apply_migrations:
         async with db.connection() as connection:
             await migrate(connection)
@@ -148,7 +148,7 @@ async def _reconcile(settings: Settings) -> tuple[list[Reconciled], int]:
             kube = next(iter(fleet.values())).kube
             if not await kube.reachable():
                 raise ClusterUnavailable(f"the Kubernetes API server at {kube.endpoint.server} is unreachable")
-        db = await _with_database(database_dsn(settings), apply_migrations=False)
+        db = await _with_database(database_dsn(settings), apply_migrations=False, max_size=RECONCILE_CONCURRENCY + 2)
         try:
             reconciled = await reconcile(db, fleet, settings.tiers, cluster_role=settings.tenant_clusterrole)
             swept = 0

@@ -5,6 +5,7 @@ cluster ring runs the command itself (tests/integration/test_cli.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 from typing import Any, AsyncIterator
@@ -68,7 +69,7 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
     monkeypatch.setattr(repo, "record_audit", record_audit)
     monkeypatch.setattr(member_rows, "all_members", all_members)
     report = await reconciling.reconcile(object(), FakeKube(first, second, third), DEFAULT_TIERS,  # type: ignore[arg-type]
-                                         cluster_role="tenant-admin")
+                                         cluster_role="tenant-admin", concurrency=1)
     assert [line.workspace for line in report] == [first, second]  # the third was not tried
     assert recorded == [first.id]
     assert report[0].converged and not report[0].stopped
@@ -77,3 +78,39 @@ async def test_a_database_gone_at_an_audit_row_ends_the_run_there_with_everythin
     assert report[1].changes[:-1] == report[0].changes and report[0].changes
     assert report[1].changes[-1] == ("stopped here: the audit row of these changes was not written "
                                      "(the database is unreachable; retry later)")
+
+
+async def test_workspaces_converged_at_once_are_reported_in_creation_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first workspace's cluster answers last; its line still comes
+    first, and no more than `concurrency` are under way at once."""
+    workspaces = [_workspace(n) for n in range(1, 8)]
+    under_way = most = 0
+
+    class SlowFirst(FakeKube):
+        async def get(self, path: str) -> dict[str, Any]:
+            nonlocal under_way, most
+            under_way += 1
+            most = max(most, under_way)
+            try:
+                await asyncio.sleep(0.05 if path.endswith("/tenant-1") else 0)
+                return await super().get(path)
+            finally:
+                under_way -= 1
+
+    async def every_workspace(_db: object) -> AsyncIterator[Workspace]:
+        for workspace in workspaces:
+            yield workspace
+
+    async def all_members(_db: object, _workspace_id: uuid.UUID) -> list[Member]:
+        return []
+
+    async def record_audit(_db: object, event: AuditEvent) -> uuid.UUID:
+        return uuid.uuid4()
+
+    monkeypatch.setattr(repo, "every_workspace", every_workspace)
+    monkeypatch.setattr(repo, "record_audit", record_audit)
+    monkeypatch.setattr(member_rows, "all_members", all_members)
+    report = await reconciling.reconcile(object(), SlowFirst(*workspaces), DEFAULT_TIERS,  # type: ignore[arg-type]
+                                         cluster_role="tenant-admin", concurrency=3)
+    assert [line.workspace for line in report] == workspaces  # each was given its tier's objects, in order
+    assert most == 3
