@@ -309,8 +309,9 @@ def print_scale(r: dict[str, Any]) -> None:
         print(f"  {sample['watches']:>6} watches: {_kinds(sample)}")
     print(f"  after close:   {_kinds(r['after_close'])}")
     for target, v in r["delivery"].items():
-        paired = f"  added by event p50 {v['added_p50_ms']:.2f} ms p99 {v['added_p99_ms']:.2f} ms" \
-            if "added_p99_ms" in v else ""
+        paired = (f"  added by event p50 {v['added_p50_ms']:.2f} ms p99 {v['added_p99_ms']:.2f} ms, by rank p50 "
+                  f"{v.get('added_by_rank_p50_ms', 0):.2f} p99 {v.get('added_by_rank_p99_ms', 0):.2f} ms; direct "
+                  f"spread per event p99 {v.get('direct_spread_p99_ms', 0):.2f} ms") if "added_p99_ms" in v else ""
         print(f"  delivery {target:<8} p50 {v['p50_ms']:6.2f} ms  p99 {v['p99_ms']:6.2f} ms  "
               f"{v['received']}/{v['expected']}{paired}")
     for target, v in r["fan_out"].items():

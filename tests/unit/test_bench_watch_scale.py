@@ -60,6 +60,19 @@ def test_a_stall_both_sides_see_is_not_added_by_the_relay() -> None:
     assert added["added_p50_ms"] == pytest.approx(2.0)
 
 
+def test_by_rank_the_api_servers_own_spread_is_not_counted() -> None:
+    """The API server reached its watchers 0-20 ms apart; the relayed ones
+    arrived as late as the direct ones at the same ranks, plus 1 ms."""
+    direct = {"a": [1.000, 1.010, 1.020]}
+    relayed = {"a": [1.001, 1.011, 1.021]}
+    added = added_by_event(direct, relayed)
+    assert added["added_p99_ms"] == pytest.approx(11.0, abs=0.3)  # against the median: the spread counted
+    assert added["added_by_rank_p99_ms"] == pytest.approx(1.0)
+    assert added["direct_spread_p99_ms"] == pytest.approx(20.0)
+    fewer = added_by_event(direct, {"a": [1.001, 1.021]})  # two relayed arrivals: the first and last ranks
+    assert fewer["added_by_rank_p99_ms"] == pytest.approx(1.0)
+
+
 SMAPS = """\
 55d0c0000000-55d0c0100000 rw-p 00000000 00:00 0                          [heap]
 Size:               1024 kB
