@@ -22,6 +22,7 @@ import json
 import os
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -86,13 +87,39 @@ def tls_read_buffers() -> dict[str, dict[str, int]]:
     return dict(legs)
 
 
-def view() -> dict[str, Any]:
+_marked: list[tracemalloc.Snapshot] = []
+"""The snapshot a view labelled `mark` took, where the gateway runs under
+PYTHONTRACEMALLOC: later views say what was allocated since and is still alive."""
+
+
+def survivors_since(mark: tracemalloc.Snapshot, now: tracemalloc.Snapshot, top: int = 40) -> list[dict[str, Any]]:
+    """Allocations alive now that were not at the mark, by traceback, the
+    largest first (the view thread's own left out)."""
+    grown = [d for d in now.compare_to(mark, "traceback") if d.size_diff > 0 or d.count_diff > 0]
+    grown = [d for d in grown if not any(f.filename.endswith(("heap_view.py", "tracemalloc.py")) for f in d.traceback)]
+    return [{"kib": round(d.size_diff / 1024, 1), "blocks": d.count_diff,
+             "where": [f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in d.traceback]}
+            for d in grown[:top]]
+
+
+def traced(label: str) -> dict[str, Any]:
+    if not tracemalloc.is_tracing():
+        return {}
+    snapshot = tracemalloc.take_snapshot()
+    if label == "mark":
+        _marked[:] = [snapshot]
+        return {"traced_kib": round(tracemalloc.get_traced_memory()[0] / 1024)}
+    survivors = survivors_since(_marked[0], snapshot) if _marked else []
+    return {"traced_kib": round(tracemalloc.get_traced_memory()[0] / 1024), "survivors_since_mark": survivors}
+
+
+def view(label: str = "") -> dict[str, Any]:
     objects = gc.get_objects()
     types = collections.Counter(type(o).__name__ for o in objects)
     del objects
     return {"time": time.time(), **mallinfo2(), "resident_kib_by_mapping": resident_by_mapping(),
             "tls_read_buffers": tls_read_buffers(), "objects": sum(types.values()),
-            "objects_by_type": dict(types.most_common(60))}
+            "objects_by_type": dict(types.most_common(60)), **traced(label)}
 
 
 def _answer(directory: Path) -> None:
@@ -105,7 +132,7 @@ def _answer(directory: Path) -> None:
             continue
         request.unlink()
         try:
-            result: dict[str, Any] = view()
+            result: dict[str, Any] = view(label)
         except Exception as error:  # the view is a measurement: say why it failed, keep serving
             result = {"error": repr(error)}
         (directory / f"view-{label}.json").write_text(json.dumps(result))
