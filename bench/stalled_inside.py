@@ -15,12 +15,13 @@ results/stalled-readers-inside.json and printed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from bench.alone import with_tenant
 from bench.record import RESULTS
@@ -85,17 +86,26 @@ def per_added_reader(first: dict[str, Any], last: dict[str, Any]) -> dict[str, f
     }
 
 
-def run(mode: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def viewed_stack(extra_env: dict[str, str] | None = None) -> Iterator[tuple[Stack, Path]]:
+    """A started stack whose gateway answers views (bench.heap_view) in the
+    directory given with it; `extra_env` for the gateway too."""
     with tempfile.TemporaryDirectory() as views:
         directory = Path(views)
         os.environ["BENCH_HEAP_VIEW_DIR"] = str(directory)  # the gateway's environment is this one's
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(_HOOK), os.environ.get("PYTHONPATH"))))
+        os.environ.update(extra_env or {})
         stack = Stack(temp_root())
         try:
             stack.start()
-            return asyncio.run(with_tenant(lambda s, t: _steps(s, t, mode, directory))(stack))
+            yield stack, directory
         finally:
             stack.stop()
+
+
+def run(mode: str) -> dict[str, Any]:
+    with viewed_stack() as (stack, directory):
+        return asyncio.run(with_tenant(lambda s, t: _steps(s, t, mode, directory))(stack))
 
 
 def main(modes: list[str]) -> None:

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.alone import with_tenant
-from bench.stack import Stack, Tenant, temp_root
-from bench.stalled_inside import _HOOK, _view
+from bench.stack import Stack, Tenant
+from bench.stalled_inside import _view, viewed_stack
 from bench.workloads.common import HEAP_TRIM_WAIT, Targets
 from bench.workloads.watch_scale import CROWDS, SETTLE_SECONDS, WARM_UP, CrowdProcess, _open_to
 
@@ -55,17 +54,8 @@ async def _steps(stack: Stack, tenant: Tenant, watches: int, directory: Path) ->
 
 
 def run(watches: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as views:
-        directory = Path(views)
-        os.environ["BENCH_HEAP_VIEW_DIR"] = str(directory)  # the gateway's environment is this one's
-        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(_HOOK), os.environ.get("PYTHONPATH"))))
-        os.environ["PYTHONTRACEMALLOC"] = str(TRACED_FRAMES)
-        stack = Stack(temp_root())
-        try:
-            stack.start()
-            return asyncio.run(with_tenant(lambda s, t: _steps(s, t, watches, directory))(stack))
-        finally:
-            stack.stop()
+    with viewed_stack({"PYTHONTRACEMALLOC": str(TRACED_FRAMES)}) as (stack, directory):
+        return asyncio.run(with_tenant(lambda s, t: _steps(s, t, watches, directory))(stack))
 
 
 def main(watches: int) -> None:
