@@ -4,13 +4,14 @@ diagnosis for issue 41's "RSS back to its baseline after they close".
 
 pymalloc gives a 1 MiB arena back only once every object in it is gone, so
 a few objects made during a burst and kept after it hold the arenas the
-burst filled. This runs the gateway under PYTHONTRACEMALLOC, opens N
+burst filled. This starts tracing the gateway's allocations (tracemalloc)
+just before a burst (bench.heap_view's `mark`), opens N
 watches (default 2,000) through it as the watch row does (bench.watch_crowd
 processes), closes them, waits one heap trim (the trimmer's collection
-after a burst runs then), and lists the allocations alive then that were
-not before the burst, by traceback (bench.heap_view's `mark`). Tracing
+after a burst runs then), and lists the allocations made since the mark
+that are still alive, by traceback. Tracing
 slows the gateway and grows its memory: figures here are for finding what
-stays, not for the row.
+stays, not for the row. Printed, and written to results/watch-pins.json.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from bench.alone import with_tenant
+from bench.record import RESULTS
 from bench.stack import Stack, Tenant
 from bench.stalled_inside import _view, viewed_stack
 from bench.workloads.common import HEAP_TRIM_WAIT, Targets
@@ -54,7 +55,7 @@ async def _steps(stack: Stack, tenant: Tenant, watches: int, directory: Path) ->
 
 
 def run(watches: int) -> dict[str, Any]:
-    with viewed_stack({"PYTHONTRACEMALLOC": str(TRACED_FRAMES)}) as (stack, directory):
+    with viewed_stack({"BENCH_TRACE_FRAMES": str(TRACED_FRAMES)}) as (stack, directory):
         return asyncio.run(with_tenant(lambda s, t: _steps(s, t, watches, directory))(stack))
 
 
@@ -67,7 +68,11 @@ def main(watches: int) -> None:
         print(f"{survivor['kib']:>9} KiB {survivor['blocks']:>7} blocks")
         for where in survivor["where"][-TRACED_FRAMES:]:
             print(f"      {where}")
-    Path(tempfile.gettempdir(), "watch-pins.json").write_text(json.dumps(result, indent=1))
+    for view in (before, after):
+        view.pop("objects_by_type", None)
+    path = RESULTS / "watch-pins.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written: {path}")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,11 @@ full collection first. It is not run while streams stay open: a full
 collection's pause grows with the objects alive, and after a burst's end
 few are left.
 
-What stays then is pymalloc's arenas that a few long-lived objects pin
-(31-55 MiB over the start in the same probe). With PYTHONMALLOC=malloc
+What stays then is pymalloc's arenas that a few objects pin (31-55 MiB
+over the start in the same probe). bench/watch_pins.py found which: the
+free lists of C extensions, which keep the last objects of a type freed
+(uvloop's handles and write contexts, aiohttp's parsed requests,
+asyncio's future iterators; 250 each) and which no collection empties. With PYTHONMALLOC=malloc
 small objects come from glibc's heap instead, whose free pages a trim
 gives back however they are scattered (7 MiB over the start), but every
 request's allocations then cost more: 7.4 % more instructions per proxied
