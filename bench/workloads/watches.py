@@ -76,8 +76,10 @@ async def delivery_latency(stack: Stack, targets: Targets, watchers: int = 20, e
         async with session.get(base + path, headers=headers) as response:
             ready.set()
             async for line in response.content:
-                name = json.loads(line)["object"]["metadata"]["name"]
+                # Read before parsing: 40 watchers share this loop, and each
+                # parse would otherwise delay the timestamps of those after it.
                 arrived = time.perf_counter()
+                name = json.loads(line)["object"]["metadata"]["name"]
                 if name in created:
                     latencies[target].append((arrived - created[name]) * 1000)
                     arrivals[target].setdefault(name, []).append(arrived)
