@@ -3,7 +3,9 @@ SSO tests use), on a gateway of its own with that Keycloak as a provider:
 
 * a warm proxied GET (the main workload's small GET through
   `/k8s/<workspace>/...`, 1 client) with `Authorization: Bearer` holding a
-  gateway session token or the Keycloak ID token of the same user, on one
+  gateway session token of the console's scope (written by the harness as
+  the sign-in writes one: a device sign-in's session may not go through
+  the proxy) or the Keycloak ID token of the same user, on one
   gateway process, the two alternating in short blocks (bench/paired_load.py):
   p50, p99 and the gateway's CPU per GET, compared pair of blocks by pair
   (the median of the pairs' ratios); its database checkouts meanwhile;
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import json
 import os
 import re
@@ -34,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -45,6 +49,11 @@ from bench.paired_load import WARM_UP
 from bench.stack import Stack, run_load, stop_process, temp_root
 from bench.workloads.common import paired_ratio
 from devstack.keycloak import LocalKeycloak, ensure_distribution, java_home, start_keycloak
+from provisioning.db import repositories as repo
+from provisioning.db.pool import Database
+from provisioning.models import AuditEvent
+from provisioning.secrets import Secret
+from proxy.auth import sessions
 from proxy.cli.client import store
 
 REALM, USER = "org-a", "bob"
@@ -142,8 +151,25 @@ async def _id_token(keycloak: LocalKeycloak) -> str:
     return str((await asyncio.to_thread(keycloak.password_grant, REALM, USER))["id_token"])
 
 
-async def _workspace(session: aiohttp.ClientSession, gateway: str, id_token: str) -> tuple[str, str]:
-    """A workspace of the SSO user and the main workload's small ConfigMap in it, made through the gateway."""
+async def _console_session(stack: Stack, user_id: str) -> str:
+    """A session token of the SSO user with a browser's scope, written as the
+    console's sign-in writes it: a device sign-in's session may only mint
+    credentials, not go through the proxy (proxy.auth.scopes)."""
+    db = await Database.connect(stack.database_url, min_size=1, max_size=1)
+    try:
+        session_id, now = uuid.uuid4(), datetime.datetime.now(datetime.timezone.utc)
+        token, expires = sessions.mint(Secret(stack.session_secret), uuid.UUID(user_id), session_id, now, 3600)
+        opened = await repo.create_session(db, session_id, uuid.UUID(user_id), expires, AuditEvent(
+            "Login", uuid.UUID(user_id), None, None, {"result": "success", "bench": "sso"}))
+        assert opened is not None
+        return token
+    finally:
+        await db.close()
+
+
+async def _workspace(session: aiohttp.ClientSession, gateway: str, id_token: str) -> tuple[str, str, str]:
+    """A workspace of the SSO user and the main workload's small ConfigMap in
+    it, made through the gateway: its id, namespace and owner."""
     async with session.post(f"{gateway}/api/v1/workspaces/init", json={}, headers=_bearer(id_token)) as answer:
         if answer.status != 201:
             raise RuntimeError(f"workspace init with the ID token: {answer.status} {await answer.text()}")
@@ -153,7 +179,7 @@ async def _workspace(session: aiohttp.ClientSession, gateway: str, id_token: str
                             json=body, headers=_bearer(id_token)) as answer:
         if answer.status != 201:
             raise RuntimeError(f"ConfigMap through the gateway: {answer.status} {await answer.text()}")
-    return str(workspace["id"]), str(workspace["namespace"])
+    return str(workspace["id"]), str(workspace["namespace"]), str(workspace["user_id"])
 
 
 async def _device_login(session: aiohttp.ClientSession, gateway: str, ca_file: Path, env: dict[str, str],
@@ -239,7 +265,7 @@ async def sso(stack: Stack, *, blocks: int, block_requests: int, invocations: in
         async with stack.session() as session:
             first = await _id_token(via_hop)
             before = hop.counts()
-            workspace, namespace = await _workspace(session, gateway, first)  # the first ID token ever verified
+            workspace, namespace, user_id = await _workspace(session, gateway, first)  # the first ID token ever verified
             cold = _difference(hop.counts(), before)
             if cold["requests"] == 0:  # then a 0 below would prove nothing
                 raise RuntimeError("the gateway's calls to Keycloak did not pass the counting hop")
@@ -247,8 +273,9 @@ async def sso(stack: Stack, *, blocks: int, block_requests: int, invocations: in
             session_token = str(store.read(store.credentials_path(cli_env))["gateways"][gateway]["session"])
 
             # A fresh ID token (Keycloak's live 300 s) for the timed blocks;
-            # its first use is verified with the keys already held.
-            tokens = {"session": session_token, "id_token": await _id_token(via_hop)}
+            # its first use is verified with the keys already held. Against a
+            # session of the console's scope: the command line's may not proxy.
+            tokens = {"session": await _console_session(stack, user_id), "id_token": await _id_token(via_hop)}
             url = f"{gateway}/k8s/{workspace}/api/v1/namespaces/{namespace}/configmaps/small-0"
             before = hop.counts()
             for token in tokens.values():
